@@ -1,0 +1,181 @@
+"""The Python API: load a model pair once, generate many times.
+
+    from edgespec.api import EdgeSpec
+
+    lm = EdgeSpec()                                   # the default pair, pulled if needed
+    done = lm.generate("Write a haiku about caches", chat=True, max_tokens=64)
+    print(done.text, done.stats.tau)
+    for event in lm.stream("def quicksort(xs):", gamma=4):
+        ...                                           # Token / Step / Done events
+
+Models are resolved like everywhere else (a path, a cached catalog name, the hub, the
+package registry); the pair is checked for vocabulary compatibility before anything runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from edgespec import catalog
+from edgespec.chat import chat_tokens
+from edgespec.compat import check_pair, precheck
+from edgespec.engine import Engine, GenerationSettings
+from edgespec.errors import EdgespecError
+from edgespec.events import Done, Event
+from edgespec.gguf import read_info
+from edgespec.policy import FixedPolicy, Policy
+from edgespec.resolve import resolve
+from edgespec.runtime import LoadOptions, Model, init_backend
+from edgespec.sampling import SamplingParams
+
+DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1
+    n_gpu_layers_draft: int = -1
+    threads: int | None = None
+    rollback: str = "auto"
+    max_gamma: int = 32
+    verbose: bool = False
+
+
+class EdgeSpec:
+    """A target model, an optional draft model, and the engine that joins them."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT,
+        draft: str | None = DEFAULT,
+        options: RuntimeOptions = RuntimeOptions(),
+        *,
+        quiet: bool = False,
+    ):
+        if options.max_gamma < 1:
+            raise EdgespecError("max gamma must be at least 1")
+        init_backend(options.verbose)
+        target_ref = resolve(catalog.default_name("target") if target == DEFAULT else target, quiet=quiet)
+        draft_ref = None
+        if draft:
+            draft_ref = resolve(catalog.default_name("draft") if draft == DEFAULT else draft, quiet=quiet)
+        if draft_ref is not None:
+            precheck(target_ref.name, read_info(target_ref.path), draft_ref.name, read_info(draft_ref.path))
+        base = LoadOptions(
+            n_ctx=options.n_ctx,
+            n_threads=options.threads,
+            max_outputs=options.max_gamma + 1,
+            rollback=options.rollback,
+        )
+        self.options = options
+        self.target = Model(
+            target_ref.path, replace(base, n_gpu_layers=options.n_gpu_layers), name=target_ref.name
+        )
+        self.draft: Model | None = None
+        if draft_ref is not None:
+            self.draft = Model(
+                draft_ref.path, replace(base, n_gpu_layers=options.n_gpu_layers_draft), name=draft_ref.name
+            )
+            check_pair(self.target, self.draft)
+        self.engine = Engine(self.target, self.draft)
+        # One generation at a time per loaded pair: the caches are shared state.
+        self.lock = threading.Lock()
+
+    # -- prompts ------------------------------------------------------------------------
+
+    def prompt_tokens(
+        self, prompt: str | list[dict[str, str]], *, chat: bool = False, system: str | None = None
+    ) -> list[int]:
+        """Token ids for a raw prompt, or for chat messages rendered with the model's
+        template (a string with ``chat=True`` becomes one user message)."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise EdgespecError("the prompt is empty")
+            if not chat:
+                return self.target.tokenize(prompt, add_special=True)
+            prompt = [{"role": "user", "content": prompt}]
+        messages = list(prompt)
+        if system:
+            messages.insert(0, {"role": "system", "content": system})
+        if not messages or not any(m.get("content", "").strip() for m in messages if m.get("role") == "user"):
+            raise EdgespecError("the prompt is empty")
+        return chat_tokens(self.target, messages)
+
+    # -- generation ---------------------------------------------------------------------
+
+    def policy(self, drafter: str = "model", gamma: int | str = 4) -> Policy:
+        if drafter == "auto" or gamma == "auto":
+            from edgespec.controller import AdaptivePolicy
+
+            return AdaptivePolicy.for_engine(self.engine, drafter=drafter, gamma=gamma)
+        return FixedPolicy(drafter, int(gamma))
+
+    def stream(
+        self,
+        prompt: str | list[dict[str, str]] | list[int],
+        settings: GenerationSettings | None = None,
+        *,
+        drafter: str = "model",
+        gamma: int | str = 4,
+        chat: bool = False,
+        system: str | None = None,
+        **sampling,
+    ) -> Iterator[Event]:
+        """Stream events for one generation. ``sampling`` keywords (temperature, top_k,
+        top_p, min_p, seed, max_tokens, stop, lenience, verify) build the settings when
+        none are given."""
+        settings = settings or settings_from(**sampling)
+        policy = self.policy(drafter, gamma)
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+            tokens = list(prompt)
+        else:
+            tokens = self.prompt_tokens(prompt, chat=chat, system=system)
+        with self.lock:
+            yield from self.engine.stream(tokens, settings, policy)
+
+    def generate(self, prompt, settings: GenerationSettings | None = None, **kwargs) -> Done:
+        done = None
+        for event in self.stream(prompt, settings, **kwargs):
+            if isinstance(event, Done):
+                done = event
+        assert done is not None
+        return done
+
+    def stop(self) -> None:
+        """End the running generation at once (from another thread)."""
+        self.engine.cancel.set()
+        self.target.abort()
+        if self.draft is not None:
+            self.draft.abort()
+
+    def close(self) -> None:
+        for model in (self.draft, self.target):
+            if model is not None:
+                model.close()
+
+
+def settings_from(
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    seed: int | None = None,
+    max_tokens: int = 256,
+    stop: tuple[str, ...] | list[str] = (),
+    lenience: float = 1.0,
+    verify: str = "token",
+) -> GenerationSettings:
+    settings = GenerationSettings(
+        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+        seed=seed,
+        max_tokens=max_tokens,
+        stop=tuple(stop),
+        lenience=lenience,
+        verify=verify,
+    )
+    settings.validate()
+    return settings

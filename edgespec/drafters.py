@@ -1,0 +1,159 @@
+"""Drafters: anything that proposes the next few tokens for the target to verify.
+
+The interface is deliberately tiny (as in llama.cpp's common/speculative): ``propose``
+gets the committed context and a token budget and returns a ``Draft``. A drafter keeps
+whatever state it needs (a KV cache, an n-gram index) and brings it up to date with the
+context itself, so the engine never has to tell it what was accepted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from edgespec.runtime import Model
+from edgespec.sampling import SamplingParams, max_probability, probabilities, sample
+
+
+@dataclass
+class Draft:
+    tokens: list[int]
+    # Row i is the distribution token i was drawn from (sampling with a model drafter);
+    # None when proposals are deterministic (greedy, n-gram): q is then one-hot.
+    q: np.ndarray | None = None
+    # The drafter's probability for each proposed token (its confidence), for the controller.
+    confidences: list[float] = field(default_factory=list)
+    seconds: float = 0.0  # llama.cpp time spent drafting
+    catch_up: int = 0  # context tokens the drafter had to decode before drafting
+    match_len: int = 0  # n-gram drafter: length of the matched suffix
+
+
+@dataclass
+class DraftRequest:
+    max_tokens: int
+    params: SamplingParams
+    rng: np.random.Generator
+    # Asked before drafting token i+1 (i tokens drafted so far) with the draft's
+    # confidence in that next token; False ends the draft early.
+    keep_going: Callable[[int, float], bool] | None = None
+
+
+class Drafter(Protocol):
+    name: str
+
+    def propose(self, context: list[int], request: DraftRequest) -> Draft: ...
+
+
+class ModelDrafter:
+    """A small model of the same vocabulary drafting autoregressively."""
+
+    name = "model"
+
+    def __init__(self, model: Model, target_vocab: int | None = None):
+        self.model = model
+        # q rows are as wide as the target's vocabulary; ids the draft lacks keep q = 0.
+        width = max(target_vocab or 0, model.n_vocab)
+        self._q = np.zeros((model.options.max_outputs, width), dtype=np.float32)
+
+    def prefill(self, context: list[int]) -> float:
+        """Bring the draft's cache up to ``context`` (all but its last token); seconds."""
+        start = time.perf_counter()
+        reused = self.model.sync(context)
+        if len(context) - 1 > reused:
+            self.model.decode(context[reused:-1], n_outputs=0)
+        return time.perf_counter() - start
+
+    def catch_up_cost_tokens(self, context: list[int]) -> int:
+        """How many tokens ``propose`` would decode before its first draft token."""
+        cached = self.model.tokens
+        n = min(len(cached), len(context) - 1)
+        common = 0
+        while common < n and cached[common] == context[common]:
+            common += 1
+        return len(context) - common
+
+    def propose(self, context: list[int], request: DraftRequest) -> Draft:
+        model = self.model
+        start = time.perf_counter()
+        reused = model.sync(context)
+        model.mark()
+        catch_up = len(context) - reused
+        logits = model.decode(context[reused:], 1)[0]
+        greedy = request.params.greedy
+        draft = Draft(tokens=[], catch_up=catch_up)
+        for i in range(request.max_tokens):
+            if greedy:
+                token = int(np.argmax(logits))
+                confidence = max_probability(logits)
+            else:
+                q_row = probabilities(logits, request.params, out=self._q[i, : model.n_vocab])
+                token = sample(q_row, request.rng)
+                confidence = float(q_row[token])
+            if request.keep_going is not None and i > 0 and not request.keep_going(i, confidence):
+                break
+            draft.tokens.append(token)
+            draft.confidences.append(confidence)
+            if i + 1 < request.max_tokens:
+                logits = model.decode([token], 1)[0]
+        draft.seconds = time.perf_counter() - start
+        if not greedy:
+            draft.q = self._q[: len(draft.tokens)]
+        return draft
+
+
+class NgramDrafter:
+    """Prompt-lookup decoding: find the longest recent repeat of the context's suffix
+    (n from ``max_n`` down to ``min_n`` tokens) and propose what followed it.
+
+    Costs no model call: useful where answers repeat their input (code editing,
+    summaries that quote, reformatting). An index of every n-gram's most recent
+    continuation is updated incrementally as the context grows."""
+
+    name = "ngram"
+
+    def __init__(self, min_n: int = 1, max_n: int = 6):
+        self.min_n, self.max_n = min_n, max_n
+        self._context: list[int] = []
+        self._index: dict[tuple[int, ...], int] = {}
+        self._indexed = 0  # n-grams ending before this position are in the index
+
+    def _update(self, context: list[int]) -> None:
+        known = self._context
+        if len(context) < len(known) or context[: len(known)] != known:
+            self._index.clear()
+            self._indexed = 0
+        self._context = list(context)
+        # An n-gram ending at position p is indexed once position p+1 exists, so every
+        # indexed match has a continuation, and the context's own suffix never matches itself.
+        for end in range(self._indexed, len(context) - 1):
+            for n in range(self.min_n, min(self.max_n, end + 1) + 1):
+                self._index[tuple(context[end - n + 1 : end + 1])] = end + 1
+        self._indexed = max(self._indexed, len(context) - 1)
+
+    def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
+        """(proposed tokens, matched suffix length); ([], 0) when nothing matches."""
+        self._update(context)
+        for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
+            follow = self._index.get(tuple(context[-n:]))
+            if follow is not None:
+                return context[follow : follow + max_tokens], n
+        return [], 0
+
+    def propose(self, context: list[int], request: DraftRequest) -> Draft:
+        start = time.perf_counter()
+        tokens, n = self.lookup(context, request.max_tokens)
+        if request.keep_going is not None:
+            kept = 0
+            while kept < len(tokens) and (kept == 0 or request.keep_going(kept, 1.0)):
+                kept += 1
+            tokens = tokens[:kept]
+        return Draft(
+            tokens=tokens,
+            confidences=[1.0] * len(tokens),
+            seconds=time.perf_counter() - start,
+            match_len=n,
+        )

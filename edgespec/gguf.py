@@ -1,0 +1,134 @@
+"""A small GGUF reader: enough of the header to reject bad files with a clear message
+before llama.cpp maps them, and to read a few metadata values.
+
+GGUF layout: magic ``GGUF``, version, tensor count, metadata count, the metadata
+key/values, the tensor infos (name, dims, type, offset), then, aligned, the tensor data.
+A file whose tensor data would end past the end of the file is truncated.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgespec.errors import EdgespecError
+
+MAGIC = b"GGUF"
+_DEFAULT_ALIGNMENT = 32
+
+# ggml type id -> (elements per block, bytes per block), from ggml's type traits.
+_TYPE_SIZES: dict[int, tuple[int, int]] = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
+    14: (256, 210), 15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98),
+    19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82), 23: (256, 136), 24: (1, 1),
+    25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2),
+    34: (256, 54), 35: (256, 66), 39: (32, 17),
+}  # fmt: skip
+
+# metadata value type id -> struct format of a scalar
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass
+class GGUFInfo:
+    version: int
+    # Arrays longer than 64 items (token lists, merges) are recorded by their length only.
+    metadata: dict[str, object] = field(default_factory=dict)
+    data_end: int = 0  # where the last tensor's data ends; 0 when a type size is unknown
+
+
+class _Reader:
+    """Sequential reads over a memory map: struct.unpack_from avoids a Python read call
+    per string, which matters for tokenizer arrays of 150k entries."""
+
+    def __init__(self, buf, path: Path):
+        self.buf, self.path, self.pos = buf, path, 0
+
+    def skip(self, n: int) -> int:
+        start, self.pos = self.pos, self.pos + n
+        if self.pos > len(self.buf):
+            raise EdgespecError(f"{self.path}: truncated GGUF file (header ends early)")
+        return start
+
+    def unpack(self, fmt: str):
+        start = self.skip(struct.calcsize("<" + fmt))
+        return struct.unpack_from("<" + fmt, self.buf, start)[0]
+
+    def string(self) -> str:
+        n = self.unpack("Q")
+        start = self.skip(n)
+        return bytes(self.buf[start : start + n]).decode("utf-8", errors="replace")
+
+    def value(self, vtype: int, keep: bool):
+        if vtype in _SCALARS:
+            return self.unpack(_SCALARS[vtype])
+        if vtype == _STRING:
+            return self.string() if keep else self.skip(self.unpack("Q"))
+        if vtype == _ARRAY:
+            item_type, count = self.unpack("I"), self.unpack("Q")
+            keep = keep and count <= 64
+            if item_type in _SCALARS:
+                fmt = "<" + _SCALARS[item_type] * count
+                start = self.skip(struct.calcsize(fmt))
+                return list(struct.unpack_from(fmt, self.buf, start)) if keep else count
+            items = [self.value(item_type, keep) for _ in range(count)]
+            return items if keep else count
+        raise EdgespecError(f"{self.path}: not a valid GGUF file (unknown value type {vtype})")
+
+
+def read_info(path: Path) -> GGUFInfo:
+    """Parse the header; raise EdgespecError with one line for anything that is not a
+    complete GGUF file."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        raise EdgespecError(f"model file not found: {path}") from None
+    except IsADirectoryError:
+        raise EdgespecError(f"model path is a directory, not a GGUF file: {path}") from None
+    except PermissionError:
+        raise EdgespecError(f"model file is not readable (permission denied): {path}") from None
+    except OSError as exc:
+        raise EdgespecError(f"cannot read model file {path}: {exc.strerror}") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size < 24 or fh.read(4) != MAGIC:
+            raise EdgespecError(f"{path}: not a GGUF model file (wrong magic bytes)")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            info = _parse(_Reader(buf, path), size, path)
+    return info
+
+
+def _parse(reader: _Reader, size: int, path: Path) -> GGUFInfo:
+    reader.skip(4)
+    info = GGUFInfo(version=reader.unpack("I"))
+    if info.version not in (2, 3):
+        raise EdgespecError(f"{path}: unsupported GGUF version {info.version}")
+    n_tensors, n_kv = reader.unpack("Q"), reader.unpack("Q")
+    for _ in range(n_kv):
+        key = reader.string()
+        value = reader.value(reader.unpack("I"), keep=True)
+        info.metadata[key] = value
+    data_ends = []
+    for _ in range(n_tensors):
+        reader.skip(reader.unpack("Q"))
+        dims = [reader.unpack("Q") for _ in range(reader.unpack("I"))]
+        ggml_type, offset = reader.unpack("I"), reader.unpack("Q")
+        block = _TYPE_SIZES.get(ggml_type)
+        data_ends.append(offset + math.prod(dims) // block[0] * block[1] if block else None)
+    alignment = int(info.metadata.get("general.alignment", _DEFAULT_ALIGNMENT))
+    data_start = -(-reader.pos // alignment) * alignment
+    if data_ends and None not in data_ends:
+        info.data_end = data_start + max(data_ends)
+        if info.data_end > size:
+            raise EdgespecError(
+                f"{path}: truncated GGUF file ({size:,} bytes, tensor data needs {info.data_end:,})"
+            )
+    elif data_start > size:
+        raise EdgespecError(f"{path}: truncated GGUF file (ends inside the header)")
+    return info

@@ -1,0 +1,66 @@
+"""Shared fixtures: the real default models, loaded once per test session.
+
+Tests run the real llama.cpp on the real GGUF files that `make setup` pulled into the
+cache (EDGESPEC_HOME). Nothing here is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgespec import catalog
+from edgespec.api import EdgeSpec, RuntimeOptions
+from edgespec.resolve import resolve
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def target_path() -> Path:
+    return resolve(catalog.default_name("target")).path
+
+
+@pytest.fixture(scope="session")
+def draft_path() -> Path:
+    return resolve(catalog.default_name("draft")).path
+
+
+@pytest.fixture(scope="session")
+def smol_path() -> Path:
+    """SmolLM2-135M: a real model with another vocabulary (pulled on first use, 98 MB)."""
+    return resolve("smollm2-135m", quiet=True).path
+
+
+@pytest.fixture(scope="session")
+def pair() -> EdgeSpec:
+    """The default target + draft, loaded once. Tests that need a cold cache call
+    ``fresh(pair)`` first."""
+    lm = EdgeSpec(options=RuntimeOptions(n_ctx=2048, max_gamma=16))
+    yield lm
+    lm.close()
+
+
+def fresh(lm: EdgeSpec) -> EdgeSpec:
+    """Empty both KV caches, so a run starts from a full prefill like a new process."""
+    lm.target.reset()
+    if lm.draft is not None:
+        lm.draft.reset()
+    return lm
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 600):
+    """Run the real `edgespec` command in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "edgespec", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )

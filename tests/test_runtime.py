@@ -1,0 +1,164 @@
+"""The llama.cpp runtime layer against the real default models: batched decoding,
+rollback by truncation and by snapshot/restore, tokenization, vocabulary facts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec.compat import check_pair, text_difference
+from edgespec.errors import EdgespecError
+from edgespec.runtime import LoadOptions, Model
+
+PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+
+
+@pytest.fixture(scope="module", params=["target", "draft"])
+def model(request, target_path, draft_path):
+    path = target_path if request.param == "target" else draft_path
+    m = Model(path, LoadOptions(n_ctx=512, max_outputs=17))
+    yield m
+    m.close()
+
+
+def greedy_continuation(m: Model, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
+    """n greedy tokens decoded one at a time, with the logits that produced each."""
+    m.reset()
+    logits = m.decode(prompt, 1)
+    tokens, rows = [], []
+    for _ in range(n):
+        tokens.append(int(np.argmax(logits[0])))
+        logits = m.decode([tokens[-1]], 1)
+        rows.append(logits[0].copy())
+    return tokens, rows
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_batched_decode_equals_single_decodes(model, k):
+    """Logits for k positions from ONE decode equal those of k single-token decodes.
+
+    Exact here: llama.cpp's CPU kernels give identical results for batches of up to 3
+    tokens. Larger batches switch matrix kernels (see the next test)."""
+    prompt = model.tokenize(PROMPT)
+    tokens, singles = greedy_continuation(model, prompt, k)
+    model.keep(len(prompt))
+    batched = model.decode(tokens[:k], k)
+    for i in range(k):
+        np.testing.assert_allclose(batched[i], singles[i], rtol=0, atol=1e-5)
+
+
+def test_large_batches_differ_only_by_kernel_rounding(model):
+    """From 4 tokens on, llama.cpp's repacked CPU matmul kernels round differently than
+    the single-token path. Measured: at most ~0.6 in logits (scale ~20), never a change
+    of a clear argmax. This bounds it, so that a real bug (a wrong position, a stale
+    cache entry) — which moves logits by whole units — still fails."""
+    prompt = model.tokenize(PROMPT)
+    tokens, singles = greedy_continuation(model, prompt, 9)
+    model.keep(len(prompt))
+    batched = model.decode(tokens[:9], 9).copy()
+    for i in range(9):
+        assert np.abs(batched[i] - singles[i]).max() < 1.5
+        top2 = np.sort(singles[i])[-2:]
+        if top2[1] - top2[0] > 1.5:
+            assert np.argmax(batched[i]) == np.argmax(singles[i])
+
+
+def next_logits_after(m: Model, prefix: list[int], token: int) -> np.ndarray:
+    return m.decode([token], 1)[0].copy()
+
+
+@pytest.mark.parametrize("mode", ["truncate", "snapshot"])
+def test_rollback_matches_fresh_prefill(target_path, mode):
+    """Decode n tokens plus extra ones, roll back to n: the next position's logits equal
+    those of a fresh prefill of the same n tokens (same kernels, so exactly)."""
+    m = Model(target_path, LoadOptions(n_ctx=512, max_outputs=9, rollback=mode))
+    try:
+        assert m.rollback == mode
+        prompt = m.tokenize(PROMPT)
+        n = len(prompt) - 1
+        m.decode(prompt[:n], 1)
+        fresh = next_logits_after(m, prompt[:n], prompt[n])
+
+        m.reset()
+        m.decode(prompt[:n], 1)
+        m.mark()
+        m.decode([prompt[n], 11, 22, 33, 44], 5)  # five positions later rejected
+        m.decode([55, 66], 2)
+        m.keep(n)
+        assert m.tokens == prompt[:n]
+        assert m.cache_span() == (0, n - 1)
+        rolled = next_logits_after(m, prompt[:n], prompt[n])
+        np.testing.assert_allclose(rolled, fresh, rtol=0, atol=1e-5)
+    finally:
+        m.close()
+
+
+def test_snapshot_restore_explicit(target_path):
+    m = Model(target_path, LoadOptions(n_ctx=512, max_outputs=4))
+    try:
+        prompt = m.tokenize(PROMPT)
+        m.decode(prompt[:-1], 1)
+        fresh = next_logits_after(m, prompt[:-1], prompt[-1])
+        m.keep(len(prompt) - 1)
+        snap = m.snapshot()
+        m.decode([prompt[-1], 1, 2, 3], 4)
+        m.restore(snap)
+        assert m.tokens == prompt[:-1] and m.cache_span()[1] == len(prompt) - 2
+        np.testing.assert_allclose(next_logits_after(m, prompt[:-1], prompt[-1]), fresh, rtol=0, atol=1e-5)
+        # Keeping fewer tokens than the snapshot holds replays from the start, still right.
+        m.rollback = "snapshot"
+        m.keep(3)
+        assert m.tokens == prompt[:3] and m.cache_span() == (0, 2)
+    finally:
+        m.close()
+
+
+def test_sync_reuses_the_shared_prefix(model):
+    prompt = model.tokenize(PROMPT)
+    model.reset()
+    model.decode(prompt, 1)
+    other = prompt[:10] + model.tokenize(" something else entirely")
+    assert model.sync(other) == 10
+    assert model.tokens == prompt[:10] and model.cache_span() == (0, 9)
+    # The whole prompt cached: one token is always left to decode (its logits are needed).
+    model.reset()
+    model.decode(prompt, 1)
+    assert model.sync(prompt) == len(prompt) - 1
+
+
+def test_tokenize_detokenize_and_vocabulary(model):
+    text = "Hello, wörld! 你好 👋"
+    tokens = model.tokenize(text)
+    assert model.detokenize(tokens) == text
+    assert model.n_vocab == 151936 and model.eos == 151645 and not model.adds_bos
+    assert model.is_eog(model.eos) and not model.is_eog(tokens[0])
+    assert model.tokenize("<|im_start|>", parse_special=True) == [151644]
+    assert model.piece(151644) == b"<|im_start|>"
+
+
+def test_context_limit_is_an_error_not_a_crash(target_path):
+    m = Model(target_path, LoadOptions(n_ctx=32, max_outputs=2))
+    try:
+        n = m.n_ctx - 2  # llama.cpp may round the context up; use what it granted
+        m.decode([100 + i % 1000 for i in range(n)], 1)
+        with pytest.raises(EdgespecError, match="context full"):
+            m.decode(list(range(200, 210)), 1)
+        assert len(m.tokens) == n and m.cache_span() == (0, n - 1)
+    finally:
+        m.close()
+
+
+def test_pair_compatibility_on_loaded_vocabularies(target_path, draft_path, smol_path):
+    target = Model(target_path, LoadOptions(n_ctx=64, max_outputs=2), name="target")
+    draft = Model(draft_path, LoadOptions(n_ctx=64, max_outputs=2), name="draft")
+    smol = Model(smol_path, LoadOptions(n_ctx=64, max_outputs=2), name="smol")
+    try:
+        check_pair(target, draft)
+        assert text_difference(target, draft) is None
+        with pytest.raises(EdgespecError, match="draft 'smol' cannot speculate for target 'target'"):
+            check_pair(target, smol)
+        # Same sizes but different texts would be caught by the token sample:
+        assert text_difference(smol, smol) is None
+    finally:
+        for m in (target, draft, smol):
+            m.close()

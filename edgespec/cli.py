@@ -9,13 +9,20 @@ import argparse
 import sys
 
 from edgespec import __version__
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, run_reporting_errors
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are bad input like any other: one line, exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise EdgespecError(f"{message} (see: {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from edgespec import cli_bench, cli_generate, cli_models
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="edgespec",
         description="Exact speculative decoding for local GGUF models (llama.cpp).",
     )
@@ -29,17 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    try:
+
+    def body() -> int:
         args = parser.parse_args(argv)
-        return int(args.handler(args) or 0)
-    except EdgespecError as exc:
-        print(f"edgespec: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("edgespec: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+        return args.handler(args)
+
+    return run_reporting_errors(body)
 
 
 if __name__ == "__main__":

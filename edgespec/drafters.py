@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edgespec.runtime import Model
+from edgespec.runtime import Model, common_prefix
 from edgespec.sampling import SamplingParams, max_probability, probabilities, sample
 
 
@@ -30,6 +30,7 @@ class Draft:
     seconds: float = 0.0  # llama.cpp time spent drafting
     catch_up: int = 0  # context tokens the drafter had to decode before drafting
     match_len: int = 0  # n-gram drafter: length of the matched suffix
+    decodes: list[tuple[int, float]] = field(default_factory=list)  # (batch size, seconds) per decode
 
 
 @dataclass
@@ -37,8 +38,8 @@ class DraftRequest:
     max_tokens: int
     params: SamplingParams
     rng: np.random.Generator
-    # Asked before drafting token i+1 (i tokens drafted so far) with the draft's
-    # confidence in that next token; False ends the draft early.
+    # Asked for every draft token i (0-based) with the draft's confidence in it, before
+    # it is included; False ends the draft there.
     keep_going: Callable[[int, float], bool] | None = None
 
 
@@ -69,22 +70,16 @@ class ModelDrafter:
 
     def catch_up_cost_tokens(self, context: list[int]) -> int:
         """How many tokens ``propose`` would decode before its first draft token."""
-        cached = self.model.tokens
-        n = min(len(cached), len(context) - 1)
-        common = 0
-        while common < n and cached[common] == context[common]:
-            common += 1
-        return len(context) - common
+        return len(context) - common_prefix(self.model.tokens, context, limit=len(context) - 1)
 
     def propose(self, context: list[int], request: DraftRequest) -> Draft:
         model = self.model
         start = time.perf_counter()
         reused = model.sync(context)
         model.mark()
-        catch_up = len(context) - reused
-        logits = model.decode(context[reused:], 1)[0]
+        draft = Draft(tokens=[], catch_up=len(context) - reused)
+        logits = self._decode(context[reused:], draft)
         greedy = request.params.greedy
-        draft = Draft(tokens=[], catch_up=catch_up)
         for i in range(request.max_tokens):
             if greedy:
                 token = int(np.argmax(logits))
@@ -93,16 +88,22 @@ class ModelDrafter:
                 q_row = probabilities(logits, request.params, out=self._q[i, : model.n_vocab])
                 token = sample(q_row, request.rng)
                 confidence = float(q_row[token])
-            if request.keep_going is not None and i > 0 and not request.keep_going(i, confidence):
+            if request.keep_going is not None and not request.keep_going(i, confidence):
                 break
             draft.tokens.append(token)
             draft.confidences.append(confidence)
             if i + 1 < request.max_tokens:
-                logits = model.decode([token], 1)[0]
+                logits = self._decode([token], draft)
         draft.seconds = time.perf_counter() - start
         if not greedy:
             draft.q = self._q[: len(draft.tokens)]
         return draft
+
+    def _decode(self, tokens: list[int], draft: Draft) -> np.ndarray:
+        start = time.perf_counter()
+        logits = self.model.decode(tokens, 1)[0]
+        draft.decodes.append((len(tokens), time.perf_counter() - start))
+        return logits
 
 
 class NgramDrafter:
@@ -148,7 +149,7 @@ class NgramDrafter:
         tokens, n = self.lookup(context, request.max_tokens)
         if request.keep_going is not None:
             kept = 0
-            while kept < len(tokens) and (kept == 0 or request.keep_going(kept, 1.0)):
+            while kept < len(tokens) and request.keep_going(kept, 1.0):
                 kept += 1
             tokens = tokens[:kept]
         return Draft(

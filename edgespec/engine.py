@@ -47,8 +47,8 @@ class GenerationSettings:
         self.sampling.validate()
         if self.max_tokens < 1:
             raise EdgespecError(f"max tokens must be at least 1 (got {self.max_tokens})")
-        if not self.lenience > 0:
-            raise EdgespecError(f"lenience must be > 0 (got {self.lenience})")
+        if not 0 < self.lenience <= 1:
+            raise EdgespecError(f"lenience must be in (0, 1] (got {self.lenience:g})")
         if self.verify not in VERIFY_MODES:
             raise EdgespecError(f"verify must be 'token' or 'block' (got {self.verify!r})")
 
@@ -121,12 +121,25 @@ class Engine:
                 stop_reason = "context_full"
                 break
             budget = min(room, settings.max_tokens - len(generated) - 1, self.max_gamma)
+            step_started = time.perf_counter()
             plan = policy.plan(self, committed, max(budget, 0), params)
             try:
-                step_tokens, sources, step = self._step(committed, plan, settings, rng, policy)
+                step_tokens, sources, step, draft = self._step(committed, plan, settings, rng)
             except DecodeAborted:
                 stop_reason = "cancelled"
                 break
+            python_s = time.perf_counter() - step_started - step.draft_s - step.verify_s
+            policy.observe(
+                StepOutcome(
+                    drafter=step.drafter,
+                    gamma=step.gamma,
+                    accepted=step.accepted,
+                    draft=draft,
+                    verify_s=step.verify_s,
+                    overhead_s=python_s,
+                    new_tokens=step_tokens,
+                )
+            )
             stats.target_passes += 1
             stats.drafted += step.gamma
             stats.accepted += step.accepted
@@ -150,8 +163,7 @@ class Engine:
         plan: Plan,
         settings: GenerationSettings,
         rng: np.random.Generator,
-        policy: Policy,
-    ) -> tuple[list[int], list[str], Step]:
+    ) -> tuple[list[int], list[str], Step, Draft]:
         target = self.target
         params = settings.sampling
         draft = Draft(tokens=[])
@@ -178,15 +190,6 @@ class Engine:
 
         tokens = [*draft.tokens[:accepted], verdict.next_token]
         sources = [DRAFT] * accepted + [BONUS if accepted == gamma and gamma > 0 else TARGET]
-        policy.observe(
-            StepOutcome(
-                drafter=plan.drafter if gamma else "none",
-                gamma=gamma,
-                accepted=accepted,
-                draft=draft,
-                verify_s=verify_s,
-            )
-        )
         step = Step(
             drafter=plan.drafter if gamma else "none",
             gamma=gamma,
@@ -196,7 +199,7 @@ class Engine:
             planned_gamma=plan.gamma,
             reason=plan.reason,
         )
-        return tokens, sources, step
+        return tokens, sources, step, draft
 
     def _emit(
         self,

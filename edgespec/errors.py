@@ -1,5 +1,25 @@
 """Errors a user can fix: printed as one line, exit code 2."""
 
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
 
 class EdgespecError(Exception):
     """A problem with the user's input or environment, reported as one clear line."""
+
+
+def run_reporting_errors(main: Callable[[], int]) -> int:
+    """Run a command's body; what the user can fix becomes one line on stderr and exit
+    code 2, Ctrl-C exit code 130, never a traceback."""
+    try:
+        return int(main() or 0)
+    except EdgespecError as exc:
+        print(f"edgespec: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("edgespec: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into `head` and closed: not an error
+        return 0

@@ -36,6 +36,8 @@ class StepOutcome:
     accepted: int
     draft: Draft
     verify_s: float
+    overhead_s: float  # Python time of the step outside llama.cpp
+    new_tokens: list[int]  # what the step committed (accepted drafts + the target's token)
 
 
 class Policy(Protocol):

@@ -99,7 +99,7 @@ class LoadOptions:
     n_gpu_layers: int = -1
     n_ctx: int = 4096
     n_threads: int | None = None
-    n_batch: int = 256
+    n_batch: int = 128
     max_outputs: int = 33
     rollback: str = "auto"
 
@@ -389,12 +389,25 @@ class Model:
         """Make the cache hold a prefix of ``tokens`` as long as possible without decoding,
         always leaving at least one token of ``tokens`` undecoded (its logits are needed).
         Returns how many tokens are reused."""
-        limit = min(len(self.tokens), len(tokens) - 1)
-        common = 0
-        while common < limit and self.tokens[common] == tokens[common]:
-            common += 1
+        common = common_prefix(self.tokens, tokens, limit=len(tokens) - 1)
         self.keep(common)
         return common
+
+
+def common_prefix(a: list[int], b: list[int], limit: int | None = None) -> int:
+    """Length of the common prefix of two token lists (at most ``limit``). The usual case,
+    a cache that is a prefix of the context, is one C-level list comparison."""
+    n = min(len(a), len(b), len(b) if limit is None else limit)
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # the first difference lies in [lo, hi): halve with slice compares
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class DecodeAborted(Exception):

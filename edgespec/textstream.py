@@ -58,7 +58,8 @@ class TextStream:
         """Release whatever is held (the answer ended without completing a stop string)."""
         if self.stopped:
             return ""
-        self._held += self._decoder.decode(b"", final=True)
+        # A character cut in half by max_tokens is dropped, not shown as U+FFFD.
+        self._decoder.reset()
         out, self._held = self._held, ""
         self.text += out
         return out

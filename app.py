@@ -1,0 +1,77 @@
+"""Start the edgespec chat app: ``python app.py [--host H] [--port P] [--target T] [--draft D] [--ctx N]``.
+
+The model pair is loaded once, before the server starts, and shared by every session. A
+pair that cannot be loaded is reported as one line and exit code 2, like the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgespec.api import EdgeSpec
+
+DEFAULT_HOST = "127.0.0.1"  # loopback: the app is reachable from this machine only
+DEFAULT_PORT = 7860
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="The edgespec chat app (Gradio).")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--target", default="default", help="catalog name or GGUF path of the target model")
+    parser.add_argument("--draft", default="default", help="catalog name or GGUF path of the draft model")
+    parser.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    return parser.parse_args(argv)
+
+
+def load_pair(args: argparse.Namespace) -> EdgeSpec:
+    """The shared EdgeSpec; raises EdgespecError with a one-line reason."""
+    from edgespec.api import EdgeSpec, RuntimeOptions
+    from edgespec.controller import engine_state
+    from edgespec.errors import EdgespecError
+
+    if args.ctx < 16:
+        raise EdgespecError(f"--ctx must be at least 16 (got {args.ctx})")
+    lm = EdgeSpec(target=args.target, draft=args.draft, options=RuntimeOptions(n_ctx=args.ctx))
+    # Measure drafting and verification costs now (or load them from an earlier run), so
+    # that the first answer with drafter "auto" does not wait for it.
+    engine_state(lm.engine)
+    return lm
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Heavy imports wait until needed: --help is instant, and a bad model path fails
+    # before Gradio is even imported.
+    from edgespec.errors import run_reporting_errors
+
+    loaded: list[EdgeSpec] = []
+    status = run_reporting_errors(lambda: loaded.append(load_pair(args)))
+    if not loaded:
+        return status
+    lm = loaded[0]
+
+    from edgespec.ui import build_app
+
+    demo = build_app(lm).queue()
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, prevent_thread_lock=True, quiet=True)
+    except OSError as exc:  # typically: the port is taken
+        print(f"edgespec: error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    print(f"edgespec chat: {demo.local_url}  (Ctrl-C to stop)", flush=True)
+    try:
+        demo.block_thread()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        demo.close()
+        lm.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

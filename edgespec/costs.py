@@ -1,0 +1,167 @@
+"""What speculation costs on this machine, measured: the online cost model.
+
+* ``target``: seconds of one target pass as a function of the tokens it verifies
+  (k = γ + 1). On a CPU the curve is steep (k tokens cost nearly k times one token);
+  on a GPU it is nearly flat. It is measured, never assumed.
+* ``draft``: seconds of one draft-model decode as a function of its batch size (1 while
+  drafting; more when the draft's cache catches up with the committed text).
+* ``overhead``: seconds of Python work per step outside llama.cpp.
+
+A warm-up measures a few points at load; every step then updates the points it used
+(exponential averages, so the model follows a machine whose speed drifts). Profiles are
+kept on disk per model, device and thread count, so the next load starts warm.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgespec import store
+from edgespec.runtime import Model
+
+_EMA = 0.3  # weight of a new measurement
+
+
+class CostCurve:
+    """Seconds per decode for batch sizes 1..k_max; unmeasured sizes are interpolated."""
+
+    def __init__(self, k_max: int):
+        self.k_max = k_max
+        self.seconds = np.full(k_max + 1, np.nan)
+        self._table: np.ndarray | None = None  # estimates for every k, rebuilt after a change
+
+    def observe(self, k: int, seconds: float) -> None:
+        if not 1 <= k <= self.k_max or not seconds > 0:
+            return
+        old = self.seconds[k]
+        self.seconds[k] = seconds if math.isnan(old) else (1 - _EMA) * old + _EMA * seconds
+        self._table = None
+
+    def set(self, k: int, seconds: float) -> None:
+        """Replace a point outright (tests inject costs through this)."""
+        self.seconds[k] = seconds
+        self._table = None
+
+    def table(self) -> np.ndarray:
+        """Estimates for k = 0..k_max (index k), computed once per change: the controller
+        prices every γ at every step."""
+        if self._table is None:
+            self._table = np.array([self._estimate(k) for k in range(self.k_max + 1)])
+        return self._table
+
+    def estimate(self, k: int) -> float:
+        if 0 <= k <= self.k_max:
+            return float(self.table()[k])
+        return self._estimate(k)
+
+    def _estimate(self, k: int) -> float:
+        known = np.flatnonzero(~np.isnan(self.seconds))
+        if known.size == 0:
+            return math.nan
+        if k in known:
+            return float(self.seconds[k])
+        if known.size == 1:  # one point: assume cost proportional to k (pessimistic on GPUs)
+            return float(self.seconds[known[0]]) * k / known[0]
+        if k > known[-1]:  # extrapolate along the last segment
+            a, b = known[-2], known[-1]
+            slope = max(0.0, (self.seconds[b] - self.seconds[a]) / (b - a))
+            return float(self.seconds[b] + slope * (k - b))
+        return float(np.interp(k, known, self.seconds[known]))
+
+    def to_json(self) -> dict[str, float]:
+        return {str(k): float(s) for k, s in enumerate(self.seconds) if not math.isnan(s)}
+
+    def load_json(self, data: dict[str, float]) -> None:
+        for k, s in data.items():
+            if 1 <= int(k) <= self.k_max:
+                self.seconds[int(k)] = s
+        self._table = None
+
+
+@dataclass
+class CostModel:
+    target: CostCurve
+    draft: CostCurve
+    overhead: float = 0.002
+    profile_path: Path | None = None
+    measured_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def empty(cls, k_max: int) -> CostModel:
+        return cls(target=CostCurve(k_max), draft=CostCurve(k_max))
+
+    def observe_overhead(self, seconds: float) -> None:
+        if seconds >= 0:
+            self.overhead = (1 - _EMA) * self.overhead + _EMA * seconds
+
+    # -- persistence --------------------------------------------------------------------
+
+    def save(self) -> None:
+        if self.profile_path is None:
+            return
+        self.profile_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.profile_path.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps(
+                {"target": self.target.to_json(), "draft": self.draft.to_json(), "overhead": self.overhead}
+            )
+        )
+        tmp.replace(self.profile_path)
+
+    def load(self) -> bool:
+        if self.profile_path is None or not self.profile_path.is_file():
+            return False
+        try:
+            data = json.loads(self.profile_path.read_text())
+            self.target.load_json(data["target"])
+            self.draft.load_json(data["draft"])
+            self.overhead = float(data.get("overhead", self.overhead))
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return True
+
+
+def profile_path(target: Model, draft: Model | None) -> Path:
+    """One profile per model pair, device placement and thread count."""
+
+    def tag(m: Model) -> str:
+        return f"{m.name}-{m.path.stat().st_size}-ngl{m.options.n_gpu_layers}-t{m.options.n_threads or 'all'}"
+
+    name = tag(target) + (f"__{tag(draft)}" if draft else "")
+    return store.home() / "costs" / f"{name}.json"
+
+
+# Batch sizes measured at warm-up: the small verification sizes the controller uses most,
+# and the powers of two where llama.cpp's CPU kernels are at their most efficient (on a
+# 2-core CPU 16 tokens cost less than 15, 32 less than 31), so that long n-gram drafts are
+# priced from a measurement. Everything else is interpolated, then measured in use.
+_TARGET_WARMUP = (1, 2, 3, 4, 5, 8, 16, 32)
+_DRAFT_WARMUP = (1, 2, 4)
+
+
+def warm_up(
+    model: Model, curve: CostCurve, sizes: tuple[int, ...], *, all_logits: bool, repeats: int = 1
+) -> None:
+    """Time decodes of the given batch sizes on an empty cache, then empty it again.
+    Verification asks logits for every position; drafting only for the last."""
+    filler = model.tokenize(" the quick brown fox jumps over the lazy dog" * 8, add_special=False)
+    model.reset()
+    model.decode(filler[:8], 1)  # first use allocates llama.cpp's buffers: not a cost to learn
+    for k in sizes:
+        if k > curve.k_max or k > model.options.max_outputs:
+            continue
+        best = math.inf
+        for _ in range(repeats):
+            model.reset()
+            model.decode(filler[:4], 0)  # a short context, as in a real step
+            start = time.perf_counter()
+            model.decode(filler[4 : 4 + k], k if all_logits else 1)
+            best = min(best, time.perf_counter() - start)
+        curve.set(k, best)
+    model.reset()

@@ -1,0 +1,157 @@
+"""The chat app end to end in real headless Chromium (Debian's /usr/bin/chromium), against
+the real default model pair: streaming text, the live gauge, the colouring toggle, and a
+second tab that visibly waits its turn. Leaves a screenshot in test-output/."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edgespec.api import EdgeSpec
+from edgespec.ui import build_app
+
+pytestmark = [
+    pytest.mark.slow,
+    # Gradio's own queue metrics trip pandas 3 deprecations: noise, not ours to fix.
+    pytest.mark.filterwarnings("ignore:'future.no_silent_downcasting' is deprecated"),
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+OUTPUT_DIR = Path(__file__).resolve().parent.parent / "test-output"
+TIMEOUT_MS = 120_000  # generous: two CPU cores, possibly shared with other work
+LAST_ANSWER_JS = """() => {
+    const bots = document.querySelectorAll('#chatbot .bot-row .message-content');
+    return bots.length ? bots[bots.length - 1].innerText : '';
+}"""
+# The raw streamed text, from the provenance spans: unlike the chat's rendered Markdown,
+# whose visible text can shrink when a code fence opens, it only ever grows.
+STREAMED_TEXT_JS = """() => [...document.querySelectorAll('#provenance [data-source]')]
+    .map(e => e.textContent).join('')"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} is not installed (make test installs it; or: apt-get install -y chromium)"
+        print(f"skipping the browser test: {reason}")
+        pytest.skip(reason)
+    lm = EdgeSpec(quiet=True)
+    demo = build_app(lm).queue()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+    lm.close()
+
+
+def open_app(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#message textarea")
+    # Fixed drafting through the UI's own controls: the gauge must have drafts to show.
+    page.click("#drafter label:has-text('model')")
+    page.click("#gamma input")
+    page.click("ul[role=listbox] li:text-is('4')")
+    page.fill("#max-tokens input[type=number]", "64")
+    page.keyboard.press("Tab")
+    return page
+
+
+def gauge_accepted(page) -> int:
+    """The gauge's big number, as Plotly drew it ("3 / 4" → 3); -1 before it exists."""
+    numbers = page.locator("#gauge .number")
+    if numbers.count() == 0:
+        return -1
+    match = re.match(r"\s*(\d+)", numbers.first.text_content() or "")
+    return int(match.group(1)) if match else -1
+
+
+def coloured_spans(page) -> int:
+    return page.locator("#provenance [data-source]").count()
+
+
+def test_chat_in_a_real_browser(app_url: str):
+    from playwright.sync_api import expect, sync_playwright
+
+    OUTPUT_DIR.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = open_app(browser, app_url)
+            waiting = open_app(browser, app_url)
+            waiting.fill("#message textarea", "Say hello in one word.")
+
+            page.fill("#message textarea", "Write a Python function that checks whether a number is prime.")
+            page.keyboard.press("Enter")
+
+            # Watch the answer grow, and the gauge move, while it streams.
+            lengths: list[int] = []
+            best_gauge = -1
+            sent = queued_seen = False
+            deadline = time.monotonic() + TIMEOUT_MS / 1000
+            while time.monotonic() < deadline:
+                text = page.evaluate(STREAMED_TEXT_JS)
+                if text and (not lengths or len(text) != lengths[-1]):
+                    lengths.append(len(text))
+                best_gauge = max(best_gauge, gauge_accepted(page))
+                if lengths and not sent:
+                    # The first tab is busy: the second one sends now and must be told it waits.
+                    waiting.keyboard.press("Enter")
+                    sent = True
+                if sent and not queued_seen:
+                    body = waiting.inner_text("body")
+                    queued_seen = "Waiting for your turn" in body or bool(re.search(r"queue: ?\d+/\d+", body))
+                if "tokens/s" in page.inner_text("#stats"):
+                    break
+                time.sleep(0.1)
+            assert "tokens/s" in page.inner_text("#stats"), "the final stats never arrived"
+            assert len(lengths) >= 3, f"the answer did not stream: lengths seen {lengths}"
+            assert lengths == sorted(lengths) and lengths[-1] > lengths[0]
+            assert page.evaluate(LAST_ANSWER_JS), "the answer is in the chat too"
+            best_gauge = max(best_gauge, gauge_accepted(page))
+            assert best_gauge > 0, "the gauge never showed an accepted draft token"
+            assert queued_seen, "the second tab never showed that it was waiting"
+
+            # Colouring on: provenance spans; off: the same text, plain.
+            expect(page.locator("#provenance [data-source='draft']").first).to_be_visible()
+            coloured_text = page.inner_text("#provenance .provenance-text")
+            assert coloured_spans(page) > 0
+            page.screenshot(path=str(OUTPUT_DIR / "app_browser.png"), full_page=True)
+            page.click("#colour-toggle input")
+            expect(page.locator("#provenance")).to_contain_text("colouring off")
+            assert coloured_spans(page) == 0
+            assert page.inner_text("#provenance .provenance-text") == coloured_text
+            page.click("#colour-toggle input")
+            expect(page.locator("#provenance [data-source]").first).to_be_visible()
+
+            # The waiting tab gets its answer once the first one is done.
+            expect(waiting.locator("#stats")).to_contain_text("tokens/s", timeout=TIMEOUT_MS)
+            assert waiting.evaluate(LAST_ANSWER_JS)
+            second_shot = OUTPUT_DIR / "app_browser_second_tab.png"
+            waiting.screenshot(path=str(second_shot), full_page=True)
+            print(f"screenshots: {OUTPUT_DIR / 'app_browser.png'} and {second_shot}")
+        finally:
+            browser.close()

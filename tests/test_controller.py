@@ -1,0 +1,184 @@
+"""The n-gram drafter on constructed token sequences, and the cost-aware controller with
+costs injected through the cost model's interface (no sleeps, no models)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec.controller import AcceptanceStats, AdaptivePolicy, expected_tokens
+from edgespec.costs import CostCurve, CostModel
+from edgespec.drafters import Draft, NgramDrafter
+from edgespec.policy import StepOutcome
+from edgespec.sampling import SamplingParams
+
+GREEDY = SamplingParams()
+
+
+# -- n-gram drafter ---------------------------------------------------------------------
+
+
+def test_longest_match_wins():
+    d = NgramDrafter(min_n=1, max_n=4)
+    # suffix [7, 8, 9]: "9" alone last occurred before 50, "8 9" before 60, "7 8 9" before 70
+    context = [7, 8, 9, 70, 71, 1, 8, 9, 60, 61, 2, 9, 50, 51, 3, 7, 8, 9]
+    tokens, n = d.lookup(context, 3)
+    assert (tokens, n) == ([70, 71, 1], 3)
+
+
+def test_most_recent_match_among_equals():
+    d = NgramDrafter(min_n=1, max_n=4)
+    context = [5, 6, 10, 11, 1, 5, 6, 20, 21, 2, 5, 6]
+    assert d.lookup(context, 2) == ([20, 21], 2)
+
+
+def test_no_match_and_budget():
+    d = NgramDrafter(min_n=2, max_n=4)
+    assert d.lookup([1, 2, 3, 4, 5], 4) == ([], 0)  # only single tokens would repeat
+    assert d.lookup([1, 2, 3, 1, 2], 10) == ([3, 1, 2], 2)  # continuation may run into the suffix
+
+
+def test_index_follows_a_growing_context_and_a_new_one():
+    d = NgramDrafter(min_n=1, max_n=3)
+    context = [1, 2, 3, 4]
+    assert d.lookup(context, 2) == ([], 0)
+    context += [1, 2]
+    assert d.lookup(context, 2) == ([3, 4], 2)
+    context += [3, 9, 1, 2]
+    assert d.lookup(context, 2) == ([3, 9], 2)  # the most recent continuation now
+    assert d.lookup([4, 4, 4], 1) == ([4], 2)  # a different context: the index is rebuilt
+
+
+# -- controller -------------------------------------------------------------------------
+
+
+class FakeModelDrafter:
+    def __init__(self, behind: int = 1):
+        self.behind = behind
+
+    def catch_up_cost_tokens(self, context):
+        return self.behind
+
+
+class FakeEngine:
+    def __init__(self):
+        self.drafters = {"ngram": NgramDrafter(), "model": FakeModelDrafter()}
+        self.max_gamma = 16
+
+
+def costs(target_ms: dict[int, float], draft_ms: float, k_max: int = 17) -> CostModel:
+    model = CostModel(target=CostCurve(k_max), draft=CostCurve(k_max), overhead=0.0)
+    for k, ms in target_ms.items():
+        model.target.set(k, ms / 1000)
+    model.draft.set(1, draft_ms / 1000)
+    return model
+
+
+CPU_TARGET = {1: 40, 2: 76, 5: 180, 9: 330, 17: 400}  # measured shape on a 2-core CPU
+NOVEL = [101, 102, 103, 104, 105, 106, 107, 108]  # no repeats: nothing for n-grams
+
+
+def plan(policy: AdaptivePolicy, context: list[int], budget: int = 16):
+    return policy.plan(FakeEngine(), context, budget, GREEDY)
+
+
+def test_expected_tokens():
+    np.testing.assert_allclose(expected_tokens(np.array([1.0, 1.0])), [1, 2, 3])
+    np.testing.assert_allclose(expected_tokens(np.array([0.5, 0.5])), [1, 1.5, 1.75])
+
+
+def test_expensive_drafting_means_plain_decoding():
+    stats = AcceptanceStats(model=0.9)
+    policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=500), ("ngram", "model"), gamma_cap=16, stats=stats)
+    chosen = plan(policy, NOVEL)
+    assert (chosen.drafter, chosen.gamma) == ("none", 0)
+
+
+def test_cheap_verification_means_a_large_gamma():
+    flat = {1: 40, 2: 40.5, 5: 41, 9: 42, 17: 44}  # a GPU: verifying 16 costs as much as 1
+    stats = AcceptanceStats(model=0.9)
+    policy = AdaptivePolicy(costs(flat, draft_ms=2), ("ngram", "model"), gamma_cap=16, stats=stats)
+    chosen = plan(policy, NOVEL)
+    assert chosen.drafter == "model" and chosen.gamma >= 8
+
+
+def test_cpu_costs_with_a_good_model_draft_still_prefer_plain_decoding():
+    """The situation MACHINE.md measured: the 0.5B draft costs half a target step and
+    verification is steep, so even 90 % acceptance does not pay."""
+    stats = AcceptanceStats(model=0.9)
+    policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"), gamma_cap=16, stats=stats)
+    assert plan(policy, NOVEL).drafter == "none"
+
+
+def test_long_reliable_ngram_match_is_used_with_a_long_draft():
+    stats = AcceptanceStats()
+    stats.ngram_hits[:] = stats.ngram_seen[:] = 50.0  # long, reliable copies seen before
+    policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"), gamma_cap=16, stats=stats)
+    repeated = list(range(200, 240))
+    chosen = plan(policy, [*repeated, 0, *repeated[:10]])
+    assert chosen.drafter == "ngram" and chosen.gamma >= 12
+
+
+def test_fixed_gamma_is_respected_and_zero_means_plain():
+    stats = AcceptanceStats(model=0.99)
+    flat = {1: 40, 17: 44}
+    policy = AdaptivePolicy(costs(flat, 2), ("model",), gamma_cap=16, fixed_gamma=3, stats=stats)
+    assert (plan(policy, NOVEL).drafter, plan(policy, NOVEL).gamma) == ("model", 3)
+    policy = AdaptivePolicy(costs(flat, 2), ("model",), gamma_cap=16, fixed_gamma=0, stats=stats)
+    assert plan(policy, NOVEL).drafter == "none"
+
+
+def test_early_stop_on_low_draft_confidence():
+    flat = {1: 40, 2: 41, 5: 43, 9: 46, 17: 50}
+    stats = AcceptanceStats(model=0.9)
+    stats.model_by_confidence[:] = np.linspace(0.0, 1.0, len(stats.model_by_confidence))
+    policy = AdaptivePolicy(costs(flat, draft_ms=10), ("model",), gamma_cap=16, stats=stats)
+    chosen = plan(policy, NOVEL)
+    assert chosen.drafter == "model" and chosen.keep_going is not None
+    assert all(chosen.keep_going(i, 0.99) for i in range(4))  # confident drafts continue
+    assert not chosen.keep_going(4, 0.02)  # a draft the calibration says fails stops here
+
+
+def test_reacts_within_a_few_steps_when_text_turns_repetitive_and_back():
+    """Counterfactual scoring of n-gram proposals moves the controller to n-grams once the
+    target starts copying, and back to plain decoding once the copy ends."""
+    policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=22), ("ngram",), gamma_cap=16)
+    source = list(range(300, 340))
+    context = [*source, 1]
+    # The target starts repeating `source`: every step commits the next copied token.
+    chosen_per_step = []
+    for i in range(12):
+        chosen = plan(policy, context)
+        new = source[i : i + 1] if chosen.drafter == "none" else source[i : i + chosen.gamma + 1]
+        outcome_gamma = 0 if chosen.drafter == "none" else chosen.gamma
+        policy.observe(
+            StepOutcome(chosen.drafter, outcome_gamma, outcome_gamma, Draft(tokens=[]), 0.04, 0.0, new)
+        )
+        context = context + new
+        chosen_per_step.append(chosen.drafter)
+        if len(context) > len(source) * 2:
+            break
+    assert "ngram" in chosen_per_step[:8], chosen_per_step  # at most 8 tokens into the copy
+    # Novel text: proposals keep failing; within a few steps plain decoding is back.
+    novel = iter(range(1000, 2000))
+    chosen_per_step = []
+    for _ in range(8):
+        chosen = plan(policy, context)
+        token = next(novel)
+        policy.observe(StepOutcome(chosen.drafter, chosen.gamma if chosen.drafter != "none" else 0, 0,
+                                   Draft(tokens=[]), 0.04, 0.0, [token]))  # fmt: skip
+        context = [*context, token]
+        chosen_per_step.append(chosen.drafter)
+    assert chosen_per_step[-3:] == ["none"] * 3, chosen_per_step
+
+
+def test_cost_curve_interpolates_and_learns():
+    curve = CostCurve(33)
+    assert np.isnan(curve.estimate(3))
+    curve.set(1, 0.04)
+    assert curve.estimate(4) == pytest.approx(0.16)  # one point: proportional
+    curve.set(5, 0.2)
+    assert curve.estimate(3) == pytest.approx(0.12)
+    assert curve.estimate(9) == pytest.approx(0.36)  # extrapolated along the last segment
+    curve.observe(5, 0.3)
+    assert 0.2 < curve.estimate(5) < 0.3

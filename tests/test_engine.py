@@ -1,0 +1,232 @@
+"""The speculative engine on the real default pair: greedy exactness against target-only
+decoding, seeded sampling, lenience, rollback under many rejections, UTF-8 streaming,
+stop strings, multi-turn cache reuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import fresh
+
+from edgespec.api import EdgeSpec, settings_from
+from edgespec.events import BONUS, DRAFT, TARGET, Done, Step, Token
+
+# Measured bound of llama.cpp's batch-size-dependent rounding (tests/test_runtime.py): a
+# speculative run may only part from target-only decoding where the target's two best
+# logits are closer than this.
+NEAR_TIE = 1.5
+
+PROMPTS = [
+    "Write a Python function that merges two sorted lists, with a docstring.",
+    "Write two paragraphs about why the sky is blue.",
+    "List twenty fruits, one per line, each with a short description.",
+    "Écris une courte histoire sur un chat qui apprend à coder.",
+    "用中文写一段关于春天的短文。",
+    "Write a cheerful birthday poem of eight lines, with emoji 🎉🎂 in every line.",
+    "Write a SQL query that finds the three most recent orders per customer, then explain it.",
+    "Explain step by step how to compute 17 * 23 in your head.",
+]
+COMPARED_TOKENS = 64
+
+
+def run(lm: EdgeSpec, tokens: list[int], max_tokens: int, **kwargs) -> Done:
+    fresh(lm)  # both configurations start from the same full prefill
+    return lm.generate(tokens, max_tokens=max_tokens, **kwargs)
+
+
+def top2_margin(lm: EdgeSpec, context: list[int]) -> float:
+    fresh(lm)
+    logits = lm.target.decode(context, 1)[0]
+    top = np.sort(logits)[-2:]
+    return float(top[1] - top[0])
+
+
+_references: dict[tuple[int, ...], Done] = {}
+
+
+def reference(lm: EdgeSpec, prefix: list[int], budget: int) -> tuple[list[int], str]:
+    """Target-only greedy tokens after ``prefix`` from a fresh prefill, computed once and
+    shared by every configuration (greedy: a shorter run is a prefix of a longer one)."""
+    key = tuple(prefix)
+    if key not in _references:
+        _references[key] = run(lm, prefix, COMPARED_TOKENS, drafter="none", gamma=0)
+    done = _references[key]
+    return done.token_ids[:budget], done.stop_reason if len(done.token_ids) < budget else "max_tokens"
+
+
+def assert_greedy_exact(lm: EdgeSpec, prompt: str, drafter: str, gamma) -> int:
+    """Compare at least COMPARED_TOKENS tokens of speculative and target-only output.
+
+    Where the two part (llama.cpp's batched kernels round differently), prove the split
+    is a near-tie of the target's top two logits, then continue both from the target's
+    token, so that the whole length is still compared."""
+    prefix = lm.prompt_tokens(prompt, chat=True)
+    compared = 0
+    while compared < COMPARED_TOKENS:
+        budget = COMPARED_TOKENS - compared
+        ref, ref_stop = reference(lm, prefix, budget)
+        spec = run(lm, prefix, budget, drafter=drafter, gamma=gamma)
+        pairs = zip(ref, spec.token_ids, strict=False)  # one may stop earlier
+        split = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+        if split is None:
+            assert spec.token_ids == ref, (drafter, gamma, prompt)
+            assert spec.stop_reason == ref_stop
+            compared += len(ref)
+            if ref_stop == "eos":
+                break
+            continue
+        margin = top2_margin(lm, prefix + ref[:split])
+        assert margin < NEAR_TIE, (
+            f"{drafter}/{gamma} parted at a clear choice (margin {margin:.2f}): {prompt}"
+        )
+        prefix = prefix + ref[: split + 1]
+        compared += split + 1
+    return compared
+
+
+@pytest.mark.parametrize(
+    ("drafter", "gamma"), [("model", 1), ("model", 4), ("model", 8), ("ngram", 4), ("auto", "auto")]
+)
+def test_greedy_speculation_equals_target_only(pair, drafter, gamma):
+    for prompt in PROMPTS:
+        assert assert_greedy_exact(pair, prompt, drafter, gamma) >= COMPARED_TOKENS, prompt
+
+
+def test_provenance_and_stats_add_up(pair):
+    fresh(pair)
+    events = list(pair.stream(PROMPTS[0], chat=True, drafter="model", gamma=4, max_tokens=48))
+    tokens = [e for e in events if isinstance(e, Token)]
+    steps = [e for e in events if isinstance(e, Step)]
+    done = events[-1]
+    assert isinstance(done, Done) and done.stop_reason in ("max_tokens", "eos")
+    stats = done.stats
+    assert [t.token for t in tokens] == done.token_ids
+    assert "".join(t.text for t in tokens) + done.tail == done.text
+    assert tokens[0].source == TARGET  # the prefill's token
+    assert stats.drafted == sum(s.gamma for s in steps) and stats.accepted == sum(s.accepted for s in steps)
+    assert stats.target_passes == len(steps)
+    emitted = {src: sum(t.source == src for t in tokens) for src in (DRAFT, TARGET, BONUS)}
+    assert emitted[DRAFT] <= stats.accepted and emitted[DRAFT] > 0
+    assert stats.tau == pytest.approx((stats.tokens - 1) / stats.target_passes)
+    assert stats.acceptance_rate == pytest.approx(stats.accepted / stats.drafted)
+    parts = stats.prefill_s + stats.draft_s + stats.verify_s + stats.other_s
+    assert parts == pytest.approx(stats.wall_s) and stats.ttft_s <= stats.wall_s
+    # Time to first token is measured before the draft model's prefill.
+    assert stats.ttft_s < stats.prefill_s
+
+
+SAMPLING = {"temperature": 0.8, "top_p": 0.95, "top_k": 50}
+
+
+def test_same_seed_same_text(pair):
+    a = run(pair, pair.prompt_tokens(PROMPTS[1], chat=True), 40, drafter="model", gamma=4, seed=7, **SAMPLING)
+    b = run(pair, pair.prompt_tokens(PROMPTS[1], chat=True), 40, drafter="model", gamma=4, seed=7, **SAMPLING)
+    c = run(pair, pair.prompt_tokens(PROMPTS[1], chat=True), 40, drafter="model", gamma=4, seed=8, **SAMPLING)
+    assert a.token_ids == b.token_ids and a.text == b.text
+    assert c.token_ids != a.token_ids
+
+
+def test_lenience_one_is_the_exact_path_and_less_accepts_more(pair):
+    prompt = pair.prompt_tokens(PROMPTS[3], chat=True)
+    common = {"drafter": "model", "gamma": 4, "seed": 3, "temperature": 1.0}
+    exact = run(pair, prompt, 48, **common)
+    explicit = run(pair, prompt, 48, lenience=1.0, verify="token", **common)
+    assert explicit.token_ids == exact.token_ids
+    lenient = run(pair, prompt, 48, lenience=0.2, **common)
+    assert lenient.stats.acceptance_rate >= exact.stats.acceptance_rate
+
+
+def test_rollback_under_many_rejections_keeps_target_cache_consistent(pair):
+    prompt = pair.prompt_tokens(PROMPTS[5], chat=True)
+    done = run(pair, prompt, 64, drafter="model", gamma=8, seed=11, temperature=1.6)
+    assert done.stats.drafted - done.stats.accepted >= 20, "the test needs many rejections"
+    committed = prompt + done.token_ids
+    target = pair.target
+    # The cache holds the committed text (the last token is pending) and nothing stale.
+    assert target.tokens[: len(committed) - 1] == committed[:-1]
+    assert target.cache_span() == (0, len(target.tokens) - 1)
+    target.keep(len(committed) - 1)
+    rolled = target.decode(committed[-1:], 1)[0].copy()
+    fresh(pair)
+    target.decode(committed[:-1], 0)
+    reference = target.decode(committed[-1:], 1)[0].copy()
+    assert np.abs(rolled - reference).max() < NEAR_TIE
+    top = np.sort(reference)[-2:]
+    if top[1] - top[0] > NEAR_TIE:
+        assert np.argmax(rolled) == np.argmax(reference)
+
+
+def test_utf8_streams_whole_characters(pair):
+    fresh(pair)
+    # 🦩, 𝄞 and 龘 have no token of their own: the model writes them in byte pieces.
+    prompt = (
+        'Write a Python list named symbols containing "🦩", "𝄞", "龘", "你好世界", "🪿", then print each.'
+    )
+    events = list(pair.stream(prompt, chat=True, drafter="model", gamma=4, max_tokens=60))
+    tokens = [e for e in events if isinstance(e, Token)]
+    done = events[-1]
+    assert all("\ufffd" not in t.text for t in tokens)
+    assert "".join(t.text for t in tokens) + done.tail == done.text
+    assert "🦩" in done.text and "你好" in done.text
+    # The case this test exists for: a character split across tokens was held back.
+    split = [t for t in tokens if t.text == "" and not _is_utf8(pair.target.piece(t.token))]
+    assert split, "no multi-byte character was split across tokens"
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_stop_string_spanning_tokens(pair):
+    prompt = pair.prompt_tokens(
+        "Count from 1 to 30, separated by commas. Output only the numbers.", chat=True
+    )
+    # The same configuration without the stop string is the reference (greedy: deterministic).
+    ref = run(pair, prompt, 80, drafter="model", gamma=4)
+    # A stop string made of three consecutive tokens of the reference answer.
+    start = next(i for i in range(12, 40) if pair.target.detokenize(ref.token_ids[i : i + 3]).strip())
+    stop = pair.target.detokenize(ref.token_ids[start : start + 3])
+    before = pair.target.detokenize(ref.token_ids[:start])
+    assert stop not in before
+    done = run(pair, prompt, 80, drafter="model", gamma=4, stop=[stop])
+    assert done.stop_reason == "stop_string"
+    assert done.text == before
+
+
+def test_multi_turn_chat_prefills_only_the_new_text(pair):
+    fresh(pair)
+    messages = [{"role": "user", "content": "Name a prime number between 10 and 20."}]
+    first = pair.generate(messages, chat=True, drafter="model", gamma=4, max_tokens=24)
+    turn1 = pair.prompt_tokens(messages, chat=True)
+    messages += [
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "And one between 20 and 30?"},
+    ]
+    second = pair.generate(messages, chat=True, drafter="model", gamma=4, max_tokens=24)
+    assert second.stats.reused_tokens >= len(turn1)
+    assert second.stats.prompt_tokens - second.stats.reused_tokens < 30
+
+
+def test_bad_settings_are_one_line_errors(pair):
+    from edgespec.errors import EdgespecError
+
+    for kwargs, fragment in [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"lenience": 0.0}, "lenience"),
+        ({"max_tokens": 0}, "max tokens"),
+    ]:
+        with pytest.raises(EdgespecError, match=fragment):
+            settings_from(**kwargs)
+    with pytest.raises(EdgespecError, match="gamma must be >= 0"):
+        pair.generate("hi", drafter="model", gamma=-1)
+    with pytest.raises(EdgespecError, match="prompt is empty"):
+        pair.generate("   ", drafter="model", gamma=2)
+    long_prompt = "word " * 3000
+    with pytest.raises(EdgespecError, match="context holds"):
+        pair.generate(long_prompt, drafter="model", gamma=2)

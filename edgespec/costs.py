@@ -26,61 +26,81 @@ from edgespec import store
 from edgespec.runtime import Model
 
 _EMA = 0.3  # weight of a new measurement
+_LEVEL_SHARE = 0.3  # of a multi-token pass's surprise, the part blamed on the machine's speed
 
 
 class CostCurve:
-    """Seconds per decode for batch sizes 1..k_max; unmeasured sizes are interpolated."""
+    """Seconds per decode for batch sizes 1..k_max; unmeasured sizes are interpolated.
+
+    An estimate is ``level × shape[k]``. ``level`` follows the machine's speed, which
+    drifts (other processes, thermal limits, a VM's stolen time) and moves every batch size
+    alike; ``shape`` is the curve's form. Were each point learned on its own, a machine that
+    slows down while only single-token passes are observed would price one token above five
+    (stale) ones, and the controller would start drafting exactly when it can least afford
+    to. So a single-token observation moves only the level, and a larger one mostly its own
+    point and a little of the level."""
 
     def __init__(self, k_max: int):
         self.k_max = k_max
-        self.seconds = np.full(k_max + 1, np.nan)
+        self.shape = np.full(k_max + 1, np.nan)
+        self.level = 1.0
         self._table: np.ndarray | None = None  # estimates for every k, rebuilt after a change
 
     def observe(self, k: int, seconds: float) -> None:
         if not 1 <= k <= self.k_max or not seconds > 0:
             return
-        old = self.seconds[k]
-        self.seconds[k] = seconds if math.isnan(old) else (1 - _EMA) * old + _EMA * seconds
+        if math.isnan(self.shape[k]):
+            self.shape[k] = seconds / self.level
+        else:
+            ratio = seconds / (self.level * self.shape[k])
+            to_level = 1.0 if k == 1 else _LEVEL_SHARE
+            self.level *= ratio ** (_EMA * to_level)
+            self.shape[k] *= ratio ** (_EMA * (1 - to_level))
         self._table = None
 
     def set(self, k: int, seconds: float) -> None:
-        """Replace a point outright (tests inject costs through this)."""
-        self.seconds[k] = seconds
+        """Make the estimate for k exactly ``seconds`` (warm-up, and tests that inject costs)."""
+        self.shape[k] = seconds / self.level
         self._table = None
 
     def table(self) -> np.ndarray:
-        """Estimates for k = 0..k_max (index k), computed once per change: the controller
-        prices every γ at every step."""
+        """Estimates for k = 0..k_max (index k), computed once per change and in one
+        vectorised pass: the controller prices every γ at every step, and this runs after
+        every observation, so it must cost microseconds."""
         if self._table is None:
-            self._table = np.array([self._estimate(k) for k in range(self.k_max + 1)])
+            self._table = self._estimates(np.arange(self.k_max + 1))
         return self._table
 
     def estimate(self, k: int) -> float:
         if 0 <= k <= self.k_max:
             return float(self.table()[k])
-        return self._estimate(k)
+        return float(self._estimates(np.array([k]))[0])
 
-    def _estimate(self, k: int) -> float:
-        known = np.flatnonzero(~np.isnan(self.seconds))
+    def _estimates(self, ks: np.ndarray) -> np.ndarray:
+        known = np.flatnonzero(~np.isnan(self.shape))
         if known.size == 0:
-            return math.nan
-        if k in known:
-            return float(self.seconds[k])
+            return np.full(ks.shape, math.nan)
+        values = self.level * self.shape[known]
         if known.size == 1:  # one point: assume cost proportional to k (pessimistic on GPUs)
-            return float(self.seconds[known[0]]) * k / known[0]
-        if k > known[-1]:  # extrapolate along the last segment
-            a, b = known[-2], known[-1]
-            slope = max(0.0, (self.seconds[b] - self.seconds[a]) / (b - a))
-            return float(self.seconds[b] + slope * (k - b))
-        return float(np.interp(k, known, self.seconds[known]))
+            return values[0] * ks / known[0]
+        # Inside the measured range: linear interpolation (exact at measured points).
+        # Below the first point np.interp would hold the first value flat, which is what we
+        # want for k = 0..first (never used for pricing). Beyond the last point: extrapolate
+        # along the last segment, never downward.
+        estimates = np.interp(ks, known, values)
+        a, b = known[-2], known[-1]
+        slope = max(0.0, (values[-1] - values[-2]) / (b - a))
+        beyond = ks > b
+        estimates[beyond] = values[-1] + slope * (ks[beyond] - b)
+        return estimates.astype(float)
 
     def to_json(self) -> dict[str, float]:
-        return {str(k): float(s) for k, s in enumerate(self.seconds) if not math.isnan(s)}
+        return {str(k): float(self.level * s) for k, s in enumerate(self.shape) if not math.isnan(s)}
 
     def load_json(self, data: dict[str, float]) -> None:
         for k, s in data.items():
             if 1 <= int(k) <= self.k_max:
-                self.seconds[int(k)] = s
+                self.shape[int(k)] = s / self.level
         self._table = None
 
 

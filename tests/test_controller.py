@@ -182,3 +182,17 @@ def test_cost_curve_interpolates_and_learns():
     assert curve.estimate(9) == pytest.approx(0.36)  # extrapolated along the last segment
     curve.observe(5, 0.3)
     assert 0.2 < curve.estimate(5) < 0.3
+
+
+def test_a_machine_that_slows_down_does_not_make_drafting_look_cheap():
+    """Only single-token passes are observed while the machine runs 3× slower: every batch
+    size must be re-priced alike, so plain decoding stays the choice."""
+    model = costs(CPU_TARGET, draft_ms=22)
+    policy = AdaptivePolicy(model, ("model",), gamma_cap=8)
+    policy.stats.model = 0.6  # the draft is right 60 % of the time, as measured here
+    ratio_before = model.target.estimate(5) / model.target.estimate(1)
+    for _ in range(20):
+        model.target.observe(1, 3 * CPU_TARGET[1] / 1000)
+    assert model.target.estimate(1) == pytest.approx(3 * CPU_TARGET[1] / 1000, rel=0.05)
+    assert model.target.estimate(5) / model.target.estimate(1) == pytest.approx(ratio_before, rel=0.05)
+    assert plan(policy, [1, 2, 3]).drafter == "none"

@@ -64,9 +64,7 @@ PROMPTS: dict[str, str] = {
     "code editing": (
         "Rename the method `total` to `total_units` in the following class, and make `report` "
         "put a dash before each line. Return the complete updated class and nothing else."
-        "\n\n```python\n"
-        + _INVENTORY
-        + "```"
+        "\n\n```python\n" + _INVENTORY + "```"
     ),
     "summarization": (
         "Summarize the following release notes as a bulleted list with one bullet per change, "

@@ -150,6 +150,24 @@ def block_outcomes(
     return out
 
 
+def draft_blocks(
+    draft: Table | None, drafter: dict[tuple[int, ...], int] | None, v: int, gamma: int
+) -> list[tuple[tuple[int, ...], float]]:
+    """Every draft block of length γ with its probability (one block for a deterministic
+    drafter); impossible blocks left out."""
+    if drafter is not None:
+        d: tuple[int, ...] = ()
+        for _ in range(gamma):
+            d += (drafter[d],)
+        return [(d, 1.0)]
+    assert draft is not None
+    blocks = [
+        (d, math.prod(draft[d[:i]][d[i]] for i in range(gamma)))
+        for d in itertools.product(range(v), repeat=gamma)
+    ]
+    return [(d, w) for d, w in blocks if w > 0]
+
+
 def emission_distribution(
     target: Table,
     draft: Table | None,
@@ -174,20 +192,7 @@ def emission_distribution(
             if dist[y] > 0:
                 extend((*prefix, y), mass * dist[y])
 
-    if drafter is not None:
-        d: tuple[int, ...] = ()
-        for _ in range(gamma):
-            d += (drafter[d],)
-        blocks = [(d, 1.0)]
-    else:
-        assert draft is not None
-        blocks = []
-        for d in itertools.product(range(v), repeat=gamma):
-            weight = math.prod(draft[d[:i]][d[i]] for i in range(gamma))
-            if weight > 0:
-                blocks.append((d, weight))
-
-    for d, weight in blocks:
+    for d, weight in draft_blocks(draft, drafter, v, gamma):
         p = rows(target, d, gamma + 1)
         q = None if draft is None else rows(draft, d, gamma)
         for tau, prob, dist in outcome_fn(d, q, p):
@@ -220,21 +225,8 @@ def expected_accepted(
     outcome_fn: OutcomeFn,
 ) -> float:
     """E[τ] by enumeration over draft blocks and verifier outcomes."""
-    if drafter is not None:
-        d: tuple[int, ...] = ()
-        for _ in range(gamma):
-            d += (drafter[d],)
-        blocks = [(d, 1.0)]
-    else:
-        assert draft is not None
-        blocks = [
-            (d, math.prod(draft[d[:i]][d[i]] for i in range(gamma)))
-            for d in itertools.product(range(v), repeat=gamma)
-        ]
     total = 0.0
-    for d, weight in blocks:
-        if weight <= 0:
-            continue
+    for d, weight in draft_blocks(draft, drafter, v, gamma):
         p = rows(target, d, gamma + 1)
         q = None if draft is None else rows(draft, d, gamma)
         total += weight * sum(tau * prob for tau, prob, _ in outcome_fn(d, q, p))
@@ -268,22 +260,13 @@ INSTANCES = [
 # ------------------------------------------------------------- 1. exactness by enumeration
 
 
+@pytest.mark.parametrize("outcomes", [token_outcomes, block_outcomes], ids=["token", "block"])
 @pytest.mark.parametrize(("seed", "v", "gamma", "zero_frac", "det"), INSTANCES)
-def test_token_verification_is_exact_by_enumeration(
-    seed: int, v: int, gamma: int, zero_frac: float, det: bool
+def test_verification_is_exact_by_enumeration(
+    seed: int, v: int, gamma: int, zero_frac: float, det: bool, outcomes
 ) -> None:
     target, draft, drafter = make_instance(seed, v, gamma, zero_frac, det)
-    got = emission_distribution(target, draft, drafter, v, gamma, token_outcomes)
-    assert math.isclose(sum(got.values()), 1.0, abs_tol=1e-12)
-    assert max_deviation(got, target_joint(target, v, gamma + 1)) < 1e-9
-
-
-@pytest.mark.parametrize(("seed", "v", "gamma", "zero_frac", "det"), INSTANCES)
-def test_block_verification_is_exact_by_enumeration(
-    seed: int, v: int, gamma: int, zero_frac: float, det: bool
-) -> None:
-    target, draft, drafter = make_instance(seed, v, gamma, zero_frac, det)
-    got = emission_distribution(target, draft, drafter, v, gamma, block_outcomes)
+    got = emission_distribution(target, draft, drafter, v, gamma, outcomes)
     assert math.isclose(sum(got.values()), 1.0, abs_tol=1e-12)
     assert max_deviation(got, target_joint(target, v, gamma + 1)) < 1e-9
 

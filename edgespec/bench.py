@@ -43,6 +43,7 @@ GREEDY = [
     Config("model γ=8", "model", 8),
     Config("ngram γ=4", "ngram", 4),
     Config("ngram γ=16", "ngram", 16),
+    Config("reflow γ=4", "reflow", 4),
     Config("auto", "auto", "auto", adaptive=True),
 ]
 SAMPLING_TEMPERATURE = 0.7

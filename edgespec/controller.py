@@ -5,9 +5,10 @@ Before every step it prices each way of taking the step with the measured cost m
 the highest expected tokens per second:
 
 * plain decoding (γ = 0): 1 token for one single-token target pass;
-* the n-gram drafter: its proposal (free to compute) with γ chosen so that
-  E[tokens] / (T(γ+1) + overhead) is largest, E from the acceptance of n-gram drafts
-  with the same match length;
+* each lookup drafter (token n-grams, and "reflow", the same on text blind to line
+  wrapping): its proposal (free to compute) with γ chosen so that
+  E[tokens] / (T(γ+1) + overhead) is largest, E from the measured acceptance of that
+  drafter's drafts with the same match length;
 * the draft model: catch-up decode + (γ−1) draft decodes + T(γ+1); while drafting it
   stops early once the next token's expected gain per second (from the draft's own
   confidence, calibrated by measured acceptance) falls below the step's rate so far.
@@ -15,9 +16,10 @@ the highest expected tokens per second:
 With p the probability that each next draft is accepted, a step that verifies γ drafts
 yields E = 1 + p + p² + … + p^γ tokens (the accepted prefix plus the target's token).
 
-Statistics react within a few steps (exponential averages), and the n-gram drafter's
-acceptance is also scored counterfactually at every step (did its proposal match what
-the target committed?), so the controller notices at once when text turns repetitive.
+Statistics react within a few steps (exponential averages), and the lookup drafters'
+acceptance is also scored counterfactually at every step (did their proposals match what
+the target committed?), so the controller notices at once when text turns repetitive,
+and which of the two copies the way this answer does.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgespec.costs import _DRAFT_WARMUP, _TARGET_WARMUP, CostModel, profile_path, warm_up
-from edgespec.drafters import ModelDrafter, NgramDrafter
+from edgespec.costs import DRAFT_WARMUP, CostModel, profile_path, target_warmup_sizes, warm_up
+from edgespec.drafters import LookupDrafter, ModelDrafter
 from edgespec.errors import EdgespecError
 from edgespec.policy import Plan, StepOutcome
 from edgespec.sampling import SamplingParams
@@ -41,14 +43,18 @@ if TYPE_CHECKING:
 _FAST = 0.35  # EMA weight for acceptance levels: a handful of steps to turn around
 _SLOW = 0.1  # EMA weight for the confidence calibration
 _BUCKETS = 10
-_NGRAM_LENGTHS = 40  # effective match lengths told apart (longer ones share the last)
-_NGRAM_PRIOR = 0.3  # acceptance of a one-token match before any evidence
-_PSEUDO = 2.0  # pseudo-observations pulling a length toward the one below it
-_DECAY = 0.9  # per observation: evidence older than a dozen judgements fades
-_CAUTION = 0.5  # standard deviations taken off thinly supported acceptance estimates
+# Effective match lengths are pooled into roughly geometric buckets (1, 2, 3, 4-5, 6-8, …,
+# 41+): a copy's chance to go on changes fast over its first tokens and slowly after, and
+# a wide bucket gathers evidence in a few steps where one per length would stay empty.
+_LENGTH_EDGES = np.array([1, 2, 3, 4, 6, 9, 13, 19, 27, 41])
+_LOOKUP_PRIOR = 0.3  # acceptance of a one-token match before any evidence
+_PSEUDO = 1.0  # pseudo-observations pulling a bucket toward the one below it
+_DECAY = 0.97  # per observation: a bucket remembers its last few dozen judgements
+_CAUTION = 1.0  # standard deviations taken off thinly supported acceptance estimates
 _EXPLORE_EVERY = 24  # steps between trials of a drafter that is not being chosen
 _OPEN_PROPOSALS = 8
 _MIN_GAIN = 1.08  # expected speed-up a drafting option needs over plain decoding
+LOOKUP_DRAFTERS = ("ngram", "reflow")  # draftless: proposals copied out of the context
 
 
 def expected_tokens(accept: np.ndarray) -> np.ndarray:
@@ -57,17 +63,56 @@ def expected_tokens(accept: np.ndarray) -> np.ndarray:
     return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(accept))))
 
 
+class LookupStats:
+    """Measured acceptance of one lookup drafter's proposals: evidence on whether a
+    proposed token is right given that the ones before it in the proposal were, by its
+    effective match length m (matched suffix plus the proposal tokens before it): a copy
+    in progress is a long match. Counts decay, so the estimates follow the text."""
+
+    def __init__(self) -> None:
+        self.hits = np.zeros(len(_LENGTH_EDGES))
+        self.seen = np.zeros(len(_LENGTH_EDGES))
+        self._estimates: np.ndarray | None = None
+
+    @staticmethod
+    def bucket(effective_len: int | np.ndarray) -> int | np.ndarray:
+        return np.searchsorted(_LENGTH_EDGES, np.maximum(effective_len, 1), side="right") - 1
+
+    def observe(self, effective_len: int, hit: bool) -> None:
+        b = self.bucket(effective_len)
+        self.hits[b] = _DECAY * self.hits[b] + hit
+        self.seen[b] = _DECAY * self.seen[b] + 1
+        self._estimates = None
+
+    def estimates(self) -> np.ndarray:
+        """Acceptance by length bucket. Each bucket's evidence is smoothed toward the
+        estimate for the bucket below (a pseudo-observation), so a bucket with no evidence
+        of its own behaves like the longest one that has some: a copy that holds is trusted
+        to go on, until the lengths where copies end have been seen."""
+        if self._estimates is None:
+            estimates = np.empty(len(_LENGTH_EDGES))
+            prior = _LOOKUP_PRIOR
+            for m in range(len(_LENGTH_EDGES)):
+                seen = self.seen[m] + _PSEUDO
+                prior = (self.hits[m] + _PSEUDO * prior) / seen
+                # Price with a lower confidence bound: where evidence is thin (lengths no
+                # copy has reached yet) a bet on a long draft must not rest on a guess.
+                estimates[m] = max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / seen))
+            self._estimates = estimates
+        return self._estimates
+
+    def acceptance(self, match_len: int, length: int) -> np.ndarray:
+        return self.estimates()[self.bucket(match_len + np.arange(length))]
+
+
 @dataclass
 class AcceptanceStats:
     """Measured acceptance of each drafter."""
 
-    # n-gram drafts: evidence on whether a proposed token is right given that the ones
-    # before it in the proposal were, by its effective match length m (matched suffix plus
-    # the proposal tokens before it): a copy in progress is a long match. Counts decay, so
-    # the estimates follow the text.
-    ngram_hits: np.ndarray = field(default_factory=lambda: np.zeros(_NGRAM_LENGTHS))
-    ngram_seen: np.ndarray = field(default_factory=lambda: np.zeros(_NGRAM_LENGTHS))
-    _ngram_estimates: np.ndarray | None = None
+    # lookup drafters (n-gram, reflow), by name
+    lookup: dict[str, LookupStats] = field(
+        default_factory=lambda: {name: LookupStats() for name in LOOKUP_DRAFTERS}
+    )
     # draft model: overall per-token acceptance, and calibration by the draft's confidence
     model: float = 0.6
     model_by_confidence: np.ndarray = field(
@@ -77,37 +122,6 @@ class AcceptanceStats:
     @staticmethod
     def _ema(old: float, hit: bool, weight: float) -> float:
         return (1 - weight) * old + weight * float(hit)
-
-    @staticmethod
-    def ngram_bucket(effective_len: int) -> int:
-        return min(max(effective_len, 1), _NGRAM_LENGTHS) - 1
-
-    def observe_ngram(self, effective_len: int, hit: bool) -> None:
-        b = self.ngram_bucket(effective_len)
-        self.ngram_hits[b] = _DECAY * self.ngram_hits[b] + hit
-        self.ngram_seen[b] = _DECAY * self.ngram_seen[b] + 1
-        self._ngram_estimates = None
-
-    def ngram_estimates(self) -> np.ndarray:
-        """Acceptance by effective length. Each length's evidence is smoothed toward the
-        estimate for one token shorter (a few pseudo-observations), so a length with no
-        evidence of its own behaves like the longest one that has some: a copy that holds
-        is trusted to go on, until the lengths where copies end have been seen."""
-        if self._ngram_estimates is None:
-            estimates = np.empty(_NGRAM_LENGTHS)
-            prior = _NGRAM_PRIOR
-            for m in range(_NGRAM_LENGTHS):
-                seen = self.ngram_seen[m] + _PSEUDO
-                prior = (self.ngram_hits[m] + _PSEUDO * prior) / seen
-                # Price with a lower confidence bound: where evidence is thin (lengths no
-                # copy has reached yet) a bet on a long draft must not rest on a guess.
-                estimates[m] = max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / seen))
-            self._ngram_estimates = estimates
-        return self._ngram_estimates
-
-    def ngram_acceptance(self, match_len: int, length: int) -> np.ndarray:
-        lengths = np.minimum(max(match_len, 1) + np.arange(length), _NGRAM_LENGTHS)
-        return self.ngram_estimates()[lengths - 1]
 
     def model_acceptance(self, confidence: float) -> float:
         return float(self.model_by_confidence[min(int(confidence * _BUCKETS), _BUCKETS - 1)])
@@ -122,6 +136,7 @@ class AcceptanceStats:
 
 @dataclass
 class _OpenProposal:
+    drafter: str
     match_len: int
     tokens: list[int]
     judged: int = 0
@@ -144,7 +159,7 @@ class AdaptivePolicy:
     def __init__(
         self,
         costs: CostModel,
-        drafters: tuple[str, ...] = ("ngram", "model"),
+        drafters: tuple[str, ...] = (*LOOKUP_DRAFTERS, "model"),
         gamma_cap: int | None = None,
         fixed_gamma: int | None = None,
         stats: AcceptanceStats | None = None,
@@ -156,8 +171,8 @@ class AdaptivePolicy:
         self.stats = stats or AcceptanceStats()
         self._steps = 0
         self._last_used = {name: 0 for name in drafters}
-        # Recent n-gram proposals, used or not, judged against the text as it is committed.
-        self._open: deque[_OpenProposal] = deque(maxlen=_OPEN_PROPOSALS)
+        # Recent lookup proposals, used or not, judged against the text as it is committed.
+        self._open: deque[_OpenProposal] = deque(maxlen=_OPEN_PROPOSALS * len(LOOKUP_DRAFTERS))
         self._expected = 1.0  # expected tokens of the model draft being built
         self._included_p = 1.0  # chance that every draft included so far is accepted
         self._catch_up_s = 0.0
@@ -170,7 +185,7 @@ class AdaptivePolicy:
         """The policy for ``--drafter X --gamma Y`` where at least one of them is auto.
         Costs and statistics live on the engine, so they carry over between requests."""
         if drafter == "auto":
-            names = tuple(n for n in ("ngram", "model") if n in engine.drafters)
+            names = tuple(n for n in (*LOOKUP_DRAFTERS, "model") if n in engine.drafters)
         elif drafter == "none":
             names = ()
         elif drafter in engine.drafters:
@@ -214,13 +229,15 @@ class AdaptivePolicy:
         cap = min(budget, self.gamma_cap or budget)
         if cap <= 0:
             return options
-        if "ngram" in self.allowed:
-            ngram: NgramDrafter = engine.drafters["ngram"]
-            proposal, n = ngram.lookup(context, cap)
+        for name in LOOKUP_DRAFTERS:
+            if name not in self.allowed:
+                continue
+            lookup: LookupDrafter = engine.drafters[name]
+            proposal, n = lookup.lookup(context, cap)
             if proposal:
-                self._open.append(_OpenProposal(n, proposal))
-                accept = self.stats.ngram_acceptance(n, len(proposal))
-                options.append(self._best("ngram", accept, 0.0, 0.0))
+                self._open.append(_OpenProposal(name, n, proposal))
+                accept = self.stats.lookup[name].acceptance(n, len(proposal))
+                options.append(self._best(name, accept, 0.0, 0.0))
         if "model" in self.allowed:
             drafter: ModelDrafter = engine.drafters["model"]
             catch_up = drafter.catch_up_cost_tokens(context)
@@ -245,7 +262,7 @@ class AdaptivePolicy:
         for option in options:
             name = option.drafter
             if name != "model" or name == best.drafter:
-                continue  # n-gram proposals are judged for free at every step anyway
+                continue  # lookup proposals are judged for free at every step anyway
             if self._steps - self._last_used.get(name, 0) >= _EXPLORE_EVERY and self._could_win(option, best):
                 best = Choice(
                     name, max(1, min(option.gamma, 4)), option.rate, option.expected, option.seconds
@@ -292,14 +309,14 @@ class AdaptivePolicy:
         self._judge_open_proposals(outcome.new_tokens)
 
     def _judge_open_proposals(self, committed: list[int]) -> None:
-        """Each committed token confirms or refutes the next token of every open n-gram
-        proposal: free, counterfactual evidence of how n-gram drafts would fare (exact
+        """Each committed token confirms or refutes the next token of every open lookup
+        proposal: free, counterfactual evidence of how lookup drafts would fare (exact
         under greedy decoding; under sampling, a match happens with the probability an
         accepted one-hot draft has)."""
         for token in committed:
             for proposal in list(self._open):
                 hit = proposal.tokens[proposal.judged] == token
-                self.stats.observe_ngram(proposal.match_len + proposal.judged, hit)
+                self.stats.lookup[proposal.drafter].observe(proposal.match_len + proposal.judged, hit)
                 proposal.judged += 1
                 if not hit or proposal.judged == len(proposal.tokens):
                     self._open.remove(proposal)
@@ -311,17 +328,23 @@ class EngineState:
     stats: AcceptanceStats
 
 
-def engine_state(engine: Engine) -> EngineState:
-    """Cost model and statistics of an engine, created (and warmed up) on first use."""
+def engine_state(engine: Engine, *, quiet: bool = False) -> EngineState:
+    """Cost model and statistics of an engine, created on first use. Costs come from the
+    profile kept on disk for this pair, machine and placement; whatever it lacks is
+    measured now (with a progress bar unless ``quiet``) and added to it."""
     state = getattr(engine, "_controller_state", None)
     if state is None:
         draft_model = engine.drafters["model"].model if "model" in engine.drafters else None
         costs = CostModel.empty(engine.max_gamma + 1)
         costs.profile_path = profile_path(engine.target, draft_model)
-        if not costs.load():
-            warm_up(engine.target, costs.target, _TARGET_WARMUP, all_logits=True)
-            if draft_model is not None:
-                warm_up(draft_model, costs.draft, _DRAFT_WARMUP, all_logits=False)
+        costs.load()
+        known = (costs.target.to_json(), costs.draft.to_json())
+        warm_up(
+            engine.target, costs.target, target_warmup_sizes(costs.target.k_max), all_logits=True, quiet=quiet
+        )
+        if draft_model is not None:
+            warm_up(draft_model, costs.draft, DRAFT_WARMUP, all_logits=False, quiet=quiet)
+        if (costs.target.to_json(), costs.draft.to_json()) != known:
             costs.save()
         state = EngineState(costs=costs, stats=AcceptanceStats())
         engine._controller_state = state

@@ -7,7 +7,7 @@
   drafting; more when the draft's cache catches up with the committed text).
 * ``overhead``: seconds of Python work per step outside llama.cpp.
 
-A warm-up measures a few points at load; every step then updates the points it used
+A warm-up measures every batch size once; every step then updates the points it used
 (exponential averages, so the model follows a machine whose speed drifts). Profiles are
 kept on disk per model, device and thread count, so the next load starts warm.
 """
@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edgespec import store
+from edgespec.progress import count_bar
 from edgespec.runtime import Model
 
 _EMA = 0.3  # weight of a new measurement
@@ -57,6 +58,9 @@ class CostCurve:
             self.level *= ratio ** (_EMA * to_level)
             self.shape[k] *= ratio ** (_EMA * (1 - to_level))
         self._table = None
+
+    def measured(self, k: int) -> bool:
+        return 1 <= k <= self.k_max and not math.isnan(self.shape[k])
 
     def set(self, k: int, seconds: float) -> None:
         """Make the estimate for k exactly ``seconds`` (warm-up, and tests that inject costs)."""
@@ -123,26 +127,37 @@ class CostModel:
     # -- persistence --------------------------------------------------------------------
 
     def save(self) -> None:
+        """Write the measured points, keeping those of the profile on disk that this model
+        does not cover (an engine allowing a larger γ measured them)."""
         if self.profile_path is None:
             return
+        data = self._read() or {}
+        target, draft = data.get("target", {}), data.get("draft", {})
+        target.update(self.target.to_json())
+        draft.update(self.draft.to_json())
         self.profile_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.profile_path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps(
-                {"target": self.target.to_json(), "draft": self.draft.to_json(), "overhead": self.overhead}
-            )
-        )
+        tmp.write_text(json.dumps({"target": target, "draft": draft, "overhead": self.overhead}))
         tmp.replace(self.profile_path)
 
-    def load(self) -> bool:
+    def _read(self) -> dict | None:
         if self.profile_path is None or not self.profile_path.is_file():
-            return False
+            return None
         try:
             data = json.loads(self.profile_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def load(self) -> bool:
+        data = self._read()
+        if data is None:
+            return False
+        try:
             self.target.load_json(data["target"])
             self.draft.load_json(data["draft"])
             self.overhead = float(data.get("overhead", self.overhead))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return False
         return True
 
@@ -157,31 +172,40 @@ def profile_path(target: Model, draft: Model | None) -> Path:
     return store.home() / "costs" / f"{name}.json"
 
 
-# Batch sizes measured at warm-up: the small verification sizes the controller uses most,
-# and the powers of two where llama.cpp's CPU kernels are at their most efficient (on a
-# 2-core CPU 16 tokens cost less than 15, 32 less than 31), so that long n-gram drafts are
-# priced from a measurement. Everything else is interpolated, then measured in use.
-_TARGET_WARMUP = (1, 2, 3, 4, 5, 8, 16, 32)
-_DRAFT_WARMUP = (1, 2, 4)
+# The draft model decodes one token per call while drafting, and a few when it catches up.
+DRAFT_WARMUP = (1, 2, 4)
+
+
+def target_warmup_sizes(k_max: int) -> tuple[int, ...]:
+    """Every verification size is measured: on a CPU the curve is not smooth (llama.cpp's
+    kernels change at some batch sizes, so 16 tokens can cost less than 15, and 33 far more
+    than 32), and a price interpolated across such a step would pick exactly the wrong γ.
+    The profile is kept on disk, so this costs seconds once per machine and model."""
+    return tuple(range(1, k_max + 1))
 
 
 def warm_up(
-    model: Model, curve: CostCurve, sizes: tuple[int, ...], *, all_logits: bool, repeats: int = 1
+    model: Model, curve: CostCurve, sizes: tuple[int, ...], *, all_logits: bool, quiet: bool = False
 ) -> None:
-    """Time decodes of the given batch sizes on an empty cache, then empty it again.
+    """Time decodes of the batch sizes not yet measured on an empty cache, then empty it.
     Verification asks logits for every position; drafting only for the last."""
+    sizes = tuple(
+        k for k in sizes if k <= min(curve.k_max, model.options.max_outputs) and not curve.measured(k)
+    )
+    if not sizes:
+        return
     filler = model.tokenize(" the quick brown fox jumps over the lazy dog" * 8, add_special=False)
     model.reset()
     model.decode(filler[:8], 1)  # first use allocates llama.cpp's buffers: not a cost to learn
+    bar = None if quiet else count_bar(f"measuring {model.name} on this machine", len(sizes))
     for k in sizes:
-        if k > curve.k_max or k > model.options.max_outputs:
-            continue
-        best = math.inf
-        for _ in range(repeats):
-            model.reset()
-            model.decode(filler[:4], 0)  # a short context, as in a real step
-            start = time.perf_counter()
-            model.decode(filler[4 : 4 + k], k if all_logits else 1)
-            best = min(best, time.perf_counter() - start)
-        curve.set(k, best)
+        model.reset()
+        model.decode(filler[:4], 0)  # a short context, as in a real step
+        start = time.perf_counter()
+        model.decode(filler[4 : 4 + k], k if all_logits else 1)
+        curve.set(k, time.perf_counter() - start)
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
     model.reset()

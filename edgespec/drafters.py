@@ -8,6 +8,8 @@ context itself, so the engine never has to tell it what was accepted.
 
 from __future__ import annotations
 
+import codecs
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,13 +108,39 @@ class ModelDrafter:
         return logits
 
 
-class NgramDrafter:
+class LookupDrafter:
+    """A draftless drafter: it copies a continuation out of the context itself, so a
+    proposal costs no model call. Subclasses say where to copy from (``lookup``)."""
+
+    name = "lookup"
+
+    def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
+        """(proposed tokens, matched length in tokens); ([], 0) when nothing matches."""
+        raise NotImplementedError
+
+    def propose(self, context: list[int], request: DraftRequest) -> Draft:
+        start = time.perf_counter()
+        tokens, n = self.lookup(context, request.max_tokens)
+        if request.keep_going is not None:
+            kept = 0
+            while kept < len(tokens) and request.keep_going(kept, 1.0):
+                kept += 1
+            tokens = tokens[:kept]
+        return Draft(
+            tokens=tokens,
+            confidences=[1.0] * len(tokens),
+            seconds=time.perf_counter() - start,
+            match_len=n,
+        )
+
+
+class NgramDrafter(LookupDrafter):
     """Prompt-lookup decoding: find the longest recent repeat of the context's suffix
     (n from ``max_n`` down to ``min_n`` tokens) and propose what followed it.
 
-    Costs no model call: useful where answers repeat their input (code editing,
-    summaries that quote, reformatting). An index of every n-gram's most recent
-    continuation is updated incrementally as the context grows."""
+    Useful where answers repeat their input (code editing, summaries that quote,
+    reformatting). An index of every n-gram's most recent continuation is updated
+    incrementally as the context grows."""
 
     name = "ngram"
 
@@ -136,7 +164,6 @@ class NgramDrafter:
         self._indexed = max(self._indexed, len(context) - 1)
 
     def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
-        """(proposed tokens, matched suffix length); ([], 0) when nothing matches."""
         self._update(context)
         for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
             follow = self._index.get(tuple(context[-n:]))
@@ -144,17 +171,97 @@ class NgramDrafter:
                 return context[follow : follow + max_tokens], n
         return [], 0
 
-    def propose(self, context: list[int], request: DraftRequest) -> Draft:
-        start = time.perf_counter()
-        tokens, n = self.lookup(context, request.max_tokens)
-        if request.keep_going is not None:
-            kept = 0
-            while kept < len(tokens) and request.keep_going(kept, 1.0):
-                kept += 1
-            tokens = tokens[:kept]
-        return Draft(
-            tokens=tokens,
-            confidences=[1.0] * len(tokens),
-            seconds=time.perf_counter() - start,
-            match_len=n,
-        )
+
+_WHITESPACE = re.compile(r"\s+")
+_BOUNDARY = "\x00"  # stands for a control token (<|im_start|> …): never copied, never crossed
+_CHARS_PER_TOKEN = 4  # rough length of a token in characters, to express a match in tokens
+
+
+class ReflowDrafter(LookupDrafter):
+    """Prompt lookup on the text, blind to line wrapping.
+
+    Answers that quote a hard-wrapped text (a summary of release notes, an e-mail, a
+    README) re-flow it: where the source breaks a line the answer writes a space. The
+    token n-gram drafter loses such a copy at every line break and needs a few tokens to
+    find it again, because the word after a newline and the word after a space are
+    different tokens. This drafter compares text with every whitespace run read as one
+    space: it finds the most recent earlier occurrence of the longest suffix of the
+    context (``min_chars`` to ``max_chars`` characters) and proposes the text that followed
+    it, whitespace collapsed likewise, tokenized by the model's own tokenizer.
+
+    Where an answer keeps the source's line breaks (code), this drafter is wrong at each
+    of them; the controller scores both lookup drafters at every step and uses the one
+    that is right for the text at hand."""
+
+    name = "reflow"
+
+    def __init__(self, model: Model, min_chars: int = 8, max_chars: int = 96):
+        self.model = model
+        self.min_chars, self.max_chars = min_chars, max_chars
+        self._context: list[int] = []
+        self._text = ""  # the context as text, whitespace runs collapsed to one space
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._cached: tuple[int, int, tuple[list[int], int]] | None = None
+
+    def _update(self, context: list[int]) -> None:
+        known = self._context
+        if len(context) < len(known) or context[: len(known)] != known:
+            self._context, self._text = [], ""
+            self._decoder.reset()
+            known = self._context
+        new = context[len(known) :]
+        if not new:
+            return
+        parts = []
+        for token in new:
+            if self.model.is_control(token):
+                parts.append(self._decoder.decode(b"", final=True) + _BOUNDARY)
+                self._decoder.reset()
+            else:
+                parts.append(self._decoder.decode(self.model.piece(token)))
+        chunk = _WHITESPACE.sub(" ", "".join(parts))
+        if chunk.startswith(" ") and self._text.endswith(" "):
+            chunk = chunk[1:]
+        self._text += chunk
+        self._context = list(context)
+        self._cached = None
+
+    def _longest_earlier_suffix(self) -> tuple[int, int]:
+        """(length, end) of the longest suffix of the text that also ends earlier, at
+        ``end`` (its most recent earlier occurrence); (0, 0) when none is long enough.
+        If a suffix occurs earlier, so does every shorter one: a binary search over the
+        length needs a handful of substring searches."""
+        text = self._text
+        lo, hi = self.min_chars, min(self.max_chars, len(text) - 1)
+        found = (0, 0)
+        while lo <= hi:
+            length = (lo + hi) // 2
+            start = text.rfind(text[-length:], 0, len(text) - 1)
+            if start >= 0:
+                found = (length, start + length)
+                lo = length + 1
+            else:
+                hi = length - 1
+        return found
+
+    def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
+        self._update(context)
+        # The controller prices a proposal, then the engine asks for it: compute it once.
+        if self._cached is not None and self._cached[:2] == (len(context), max_tokens):
+            return self._cached[2]
+        length, end = self._longest_earlier_suffix()
+        result: tuple[list[int], int] = ([], 0)
+        if length:
+            budget = (max_tokens + 2) * 2 * _CHARS_PER_TOKEN
+            continuation = self._text[end : end + budget]
+            cut = continuation.find(_BOUNDARY)
+            complete = cut >= 0 or end + budget >= len(self._text)
+            if cut >= 0:
+                continuation = continuation[:cut]
+            tokens = self.model.tokenize(continuation, add_special=False) if continuation else []
+            if not complete:
+                tokens = tokens[:-1]  # the text was cut mid-way: its last token may be a fragment
+            if tokens:
+                result = (tokens[:max_tokens], max(1, length // _CHARS_PER_TOKEN))
+        self._cached = (len(context), max_tokens, result)
+        return result

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgespec import acceptance
-from edgespec.drafters import Draft, Drafter, DraftRequest, ModelDrafter, NgramDrafter
+from edgespec.drafters import Draft, Drafter, DraftRequest, ModelDrafter, NgramDrafter, ReflowDrafter
 from edgespec.errors import EdgespecError
 from edgespec.events import BONUS, DRAFT, TARGET, Done, Event, Stats, Step, Token
 from edgespec.policy import FixedPolicy, Plan, Policy, StepOutcome
@@ -58,7 +58,7 @@ class Engine:
 
     def __init__(self, target: Model, draft: Model | None = None):
         self.target = target
-        self.drafters: dict[str, Drafter] = {"ngram": NgramDrafter()}
+        self.drafters: dict[str, Drafter] = {"ngram": NgramDrafter(), "reflow": ReflowDrafter(target)}
         if draft is not None:
             self.drafters["model"] = ModelDrafter(draft, target.n_vocab)
         self.cancel = threading.Event()

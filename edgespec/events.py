@@ -23,7 +23,7 @@ class Token:
 class Step:
     """One verification pass of the target."""
 
-    drafter: str  # "model", "ngram" or "none"
+    drafter: str  # "model", "ngram", "reflow" or "none"
     gamma: int  # tokens drafted (and verified) in this step
     accepted: int  # of those, accepted
     draft_s: float  # llama.cpp time spent drafting (including the draft's catch-up)

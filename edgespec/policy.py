@@ -18,12 +18,13 @@ from edgespec.sampling import SamplingParams
 if TYPE_CHECKING:
     from edgespec.engine import Engine
 
-DRAFTER_CHOICES = ("model", "ngram", "none", "auto")
+DRAFTER_CHOICES = ("model", "ngram", "reflow", "none", "auto")
+FIXED_DRAFTERS = ("model", "ngram", "reflow", "none")
 
 
 @dataclass(frozen=True)
 class Plan:
-    drafter: str  # "model", "ngram" or "none"
+    drafter: str  # "model", "ngram", "reflow" or "none"
     gamma: int  # most tokens to draft (0 = plain decoding)
     keep_going: Callable[[int, float], bool] | None = None  # early stop, see DraftRequest
     reason: str = ""
@@ -52,8 +53,8 @@ class Policy(Protocol):
 
 class FixedPolicy:
     def __init__(self, drafter: str, gamma: int):
-        if drafter not in ("model", "ngram", "none"):
-            raise EdgespecError(f"unknown drafter {drafter!r} (choose model, ngram, none or auto)")
+        if drafter not in FIXED_DRAFTERS:
+            raise EdgespecError(f"unknown drafter {drafter!r} (choose {', '.join(DRAFTER_CHOICES)})")
         if gamma < 0:
             raise EdgespecError(f"gamma must be >= 0 (got {gamma})")
         self.drafter = drafter if gamma > 0 else "none"

@@ -1,4 +1,4 @@
-"""Progress bars for long work (downloads, assembly, hashing), on stderr."""
+"""Progress bars for long work (downloads, assembly, hashing, cost measurement), on stderr."""
 
 from __future__ import annotations
 
@@ -19,5 +19,18 @@ def byte_bar(description: str, total: int | None) -> tqdm:
         file=sys.stderr,
         mininterval=0.2 if interactive else 10.0,
         leave=True,
+        dynamic_ncols=interactive,
+    )
+
+
+def count_bar(description: str, total: int) -> tqdm:
+    """A progress bar over ``total`` steps of work."""
+    interactive = sys.stderr.isatty()
+    return tqdm(
+        total=total,
+        desc=description,
+        file=sys.stderr,
+        mininterval=0.2 if interactive else 10.0,
+        leave=False,
         dynamic_ncols=interactive,
     )

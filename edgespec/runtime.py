@@ -219,6 +219,10 @@ class Model:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 
+    def is_control(self, token: int) -> bool:
+        """A control token (<|im_start|>, <|im_end|> …): structure, not text."""
+        return bool(llama_cpp.llama_vocab_is_control(self.vocab, token))
+
     def token_text(self, token: int) -> str:
         raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
         return raw.decode("utf-8", errors="replace") if raw else ""

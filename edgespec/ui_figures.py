@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from edgespec.events import Step
 
 GAUGE_TITLE = "Accepted tokens"
-DRAFTER_COLOURS = {"model": "#2563eb", "ngram": "#9333ea", "none": "#9ca3af"}
+DRAFTER_COLOURS = {"model": "#2563eb", "ngram": "#9333ea", "reflow": "#db2777", "none": "#9ca3af"}
 _FONT = {"family": "sans-serif", "size": 12}
 
 

@@ -1,12 +1,16 @@
-"""The n-gram drafter on constructed token sequences, and the cost-aware controller with
-costs injected through the cost model's interface (no sleeps, no models)."""
+"""The n-gram drafter on constructed token sequences, the cost-aware controller with
+costs injected through the cost model's interface (no sleeps, no models), and the cost
+profile measured on a real small model."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
-from edgespec.controller import AcceptanceStats, AdaptivePolicy, expected_tokens
+from edgespec.api import EdgeSpec, RuntimeOptions
+from edgespec.controller import AcceptanceStats, AdaptivePolicy, engine_state, expected_tokens
 from edgespec.costs import CostCurve, CostModel
 from edgespec.drafters import Draft, NgramDrafter
 from edgespec.policy import StepOutcome
@@ -112,7 +116,7 @@ def test_cpu_costs_with_a_good_model_draft_still_prefer_plain_decoding():
 
 def test_long_reliable_ngram_match_is_used_with_a_long_draft():
     stats = AcceptanceStats()
-    stats.ngram_hits[:] = stats.ngram_seen[:] = 50.0  # long, reliable copies seen before
+    stats.lookup["ngram"].hits[:] = stats.lookup["ngram"].seen[:] = 50.0  # long, reliable copies seen before
     policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"), gamma_cap=16, stats=stats)
     repeated = list(range(200, 240))
     chosen = plan(policy, [*repeated, 0, *repeated[:10]])
@@ -196,3 +200,33 @@ def test_a_machine_that_slows_down_does_not_make_drafting_look_cheap():
     assert model.target.estimate(1) == pytest.approx(3 * CPU_TARGET[1] / 1000, rel=0.05)
     assert model.target.estimate(5) / model.target.estimate(1) == pytest.approx(ratio_before, rel=0.05)
     assert plan(policy, [1, 2, 3]).drafter == "none"
+
+
+# -- the cost profile, measured on a real model -------------------------------------------
+
+
+def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_measured(
+    smol_path, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    small = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=3), quiet=True)
+    state = engine_state(small.engine, quiet=True)
+    assert all(state.costs.target.measured(k) for k in range(1, 5))  # every verification size
+    path = state.costs.profile_path
+    assert path is not None and set(json.loads(path.read_text())["target"]) == {"1", "2", "3", "4"}
+    small.close()
+
+    # A second engine allowing a larger γ measures only what the profile lacks ...
+    larger = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=5), quiet=True)
+    stored = json.loads(path.read_text())["target"]
+    state = engine_state(larger.engine, quiet=True)
+    assert state.costs.target.estimate(2) == pytest.approx(stored["2"])  # loaded, not re-measured
+    assert set(json.loads(path.read_text())["target"]) == {str(k) for k in range(1, 7)}
+    larger.close()
+
+    # ... and a smaller one neither re-measures nor forgets the larger sizes.
+    again = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=2), quiet=True)
+    before = path.read_text()
+    engine_state(again.engine, quiet=True)
+    assert path.read_text() == before
+    again.close()

@@ -9,6 +9,7 @@ import pytest
 from conftest import fresh
 
 from edgespec.api import EdgeSpec, settings_from
+from edgespec.bench_prompts import PROMPTS as PROMPTS_BY_CATEGORY
 from edgespec.events import BONUS, DRAFT, TARGET, Done, Step, Token
 
 # Measured bound of llama.cpp's batch-size-dependent rounding (tests/test_runtime.py): a
@@ -85,10 +86,21 @@ def assert_greedy_exact(lm: EdgeSpec, prompt: str, drafter: str, gamma) -> int:
 
 
 @pytest.mark.parametrize(
-    ("drafter", "gamma"), [("model", 1), ("model", 4), ("model", 8), ("ngram", 4), ("auto", "auto")]
+    ("drafter", "gamma"),
+    [("model", 1), ("model", 4), ("model", 8), ("ngram", 4), ("auto", "auto")],
 )
 def test_greedy_speculation_equals_target_only(pair, drafter, gamma):
     for prompt in PROMPTS:
+        assert assert_greedy_exact(pair, prompt, drafter, gamma) >= COMPARED_TOKENS, prompt
+
+
+# Answers that copy from their prompt, where lookup drafts are long and mostly accepted.
+COPYING_PROMPTS = [PROMPTS_BY_CATEGORY["code editing"], PROMPTS_BY_CATEGORY["summarization"]]
+
+
+@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 16), ("reflow", 16), ("auto", "auto")])
+def test_greedy_lookup_drafts_on_copying_answers_equal_target_only(pair, drafter, gamma):
+    for prompt in COPYING_PROMPTS:
         assert assert_greedy_exact(pair, prompt, drafter, gamma) >= COMPARED_TOKENS, prompt
 
 

@@ -34,6 +34,12 @@ class Draft:
     match_len: int = 0  # n-gram drafter: length of the matched suffix
     decodes: list[tuple[int, float]] = field(default_factory=list)  # (batch size, seconds) per decode
 
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` proposed tokens."""
+        del self.tokens[n:], self.confidences[n:]
+        if self.q is not None:
+            self.q = self.q[:n]
+
 
 @dataclass
 class DraftRequest:
@@ -94,6 +100,8 @@ class ModelDrafter:
                 break
             draft.tokens.append(token)
             draft.confidences.append(confidence)
+            if model.is_eog(token):
+                break  # nothing follows the end of the answer: drafting on is wasted work
             if i + 1 < request.max_tokens:
                 logits = self._decode([token], draft)
         draft.seconds = time.perf_counter() - start

@@ -170,6 +170,11 @@ class Engine:
         if plan.gamma > 0 and plan.drafter != "none":
             request = DraftRequest(plan.gamma, params, rng, plan.keep_going)
             draft = self.drafters[plan.drafter].propose(committed, request)
+            # A draft that ends the answer ends the draft: tokens after it could only be
+            # verified for nothing, and would count as accepted drafts that never appear.
+            end = next((i + 1 for i, token in enumerate(draft.tokens) if target.is_eog(token)), None)
+            if end is not None:
+                draft.truncate(end)
         gamma = len(draft.tokens)
 
         target.mark()

@@ -127,6 +127,17 @@ def test_provenance_and_stats_add_up(pair):
     assert stats.ttft_s < stats.prefill_s
 
 
+def test_drafts_end_where_the_answer_ends(pair):
+    """A draft that reaches the end of the answer stops there: nothing after the end is
+    drafted, verified or counted as accepted."""
+    fresh(pair)
+    events = list(pair.stream("Say hello in one word.", chat=True, drafter="model", gamma=8, max_tokens=32))
+    done = events[-1]
+    assert isinstance(done, Done) and done.stop_reason == "eos"
+    drafts_shown = sum(isinstance(e, Token) and e.source == DRAFT for e in events)
+    assert done.stats.accepted <= drafts_shown + 1  # + the accepted end-of-answer token itself
+
+
 SAMPLING = {"temperature": 0.8, "top_p": 0.95, "top_k": 50}
 
 

@@ -55,6 +55,7 @@ _EXPLORE_EVERY = 24  # steps between trials of a drafter that is not being chose
 _OPEN_PROPOSALS = 8
 _MIN_GAIN = 1.08  # expected speed-up a drafting option needs over plain decoding
 LOOKUP_DRAFTERS = ("ngram", "reflow")  # draftless: proposals copied out of the context
+AUTO_DRAFTERS = (*LOOKUP_DRAFTERS, "model")  # what auto chooses among
 
 
 def expected_tokens(accept: np.ndarray) -> np.ndarray:
@@ -159,7 +160,7 @@ class AdaptivePolicy:
     def __init__(
         self,
         costs: CostModel,
-        drafters: tuple[str, ...] = (*LOOKUP_DRAFTERS, "model"),
+        drafters: tuple[str, ...] = AUTO_DRAFTERS,
         gamma_cap: int | None = None,
         fixed_gamma: int | None = None,
         stats: AcceptanceStats | None = None,
@@ -185,7 +186,7 @@ class AdaptivePolicy:
         """The policy for ``--drafter X --gamma Y`` where at least one of them is auto.
         Costs and statistics live on the engine, so they carry over between requests."""
         if drafter == "auto":
-            names = tuple(n for n in (*LOOKUP_DRAFTERS, "model") if n in engine.drafters)
+            names = tuple(n for n in AUTO_DRAFTERS if n in engine.drafters)
         elif drafter == "none":
             names = ()
         elif drafter in engine.drafters:
@@ -274,7 +275,7 @@ class AdaptivePolicy:
         self._expected, self._included_p = 1.0, 1.0
         self._first_draft_s = self._catch_up_s
         keep_going = self._keep_going if best.drafter == "model" and self.fixed_gamma is None else None
-        return Plan(best.drafter, best.gamma, keep_going, reason)
+        return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
 
     def _could_win(self, option: Choice, best: Choice) -> bool:
         optimistic = expected_tokens(np.full(max(option.gamma, 1), 0.95))[-1] / option.seconds

@@ -49,6 +49,9 @@ class DraftRequest:
     # Asked for every draft token i (0-based) with the draft's confidence in it, before
     # it is included; False ends the draft there.
     keep_going: Callable[[int, float], bool] | None = None
+    # Greedy drafting needs only the argmax; the confidence is a softmax over the whole
+    # vocabulary per token, worth computing only for a policy that uses it.
+    wants_confidence: bool = True
 
 
 class Drafter(Protocol):
@@ -91,7 +94,7 @@ class ModelDrafter:
         for i in range(request.max_tokens):
             if greedy:
                 token = int(np.argmax(logits))
-                confidence = max_probability(logits)
+                confidence = max_probability(logits) if request.wants_confidence else 1.0
             else:
                 q_row = probabilities(logits, request.params, out=self._q[i, : model.n_vocab])
                 token = sample(q_row, request.rng)
@@ -121,6 +124,18 @@ class LookupDrafter:
     proposal costs no model call. Subclasses say where to copy from (``lookup``)."""
 
     name = "lookup"
+
+    def __init__(self) -> None:
+        self._seen: list[int] = []  # the context of the last lookup
+
+    def _advance(self, context: list[int]) -> list[int] | None:
+        """Tokens added to the context since the last lookup, so that an index is only
+        extended; None when the context does not continue it (a new or edited
+        conversation) and the index must start over."""
+        seen = self._seen
+        continues = len(context) >= len(seen) and context[: len(seen)] == seen
+        self._seen = list(context)
+        return context[len(seen) :] if continues else None
 
     def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
         """(proposed tokens, matched length in tokens); ([], 0) when nothing matches."""
@@ -153,17 +168,15 @@ class NgramDrafter(LookupDrafter):
     name = "ngram"
 
     def __init__(self, min_n: int = 1, max_n: int = 6):
+        super().__init__()
         self.min_n, self.max_n = min_n, max_n
-        self._context: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # n-grams ending before this position are in the index
 
     def _update(self, context: list[int]) -> None:
-        known = self._context
-        if len(context) < len(known) or context[: len(known)] != known:
+        if self._advance(context) is None:
             self._index.clear()
             self._indexed = 0
-        self._context = list(context)
         # An n-gram ending at position p is indexed once position p+1 exists, so every
         # indexed match has a continuation, and the context's own suffix never matches itself.
         for end in range(self._indexed, len(context) - 1):
@@ -204,20 +217,19 @@ class ReflowDrafter(LookupDrafter):
     name = "reflow"
 
     def __init__(self, model: Model, min_chars: int = 8, max_chars: int = 96):
+        super().__init__()
         self.model = model
         self.min_chars, self.max_chars = min_chars, max_chars
-        self._context: list[int] = []
         self._text = ""  # the context as text, whitespace runs collapsed to one space
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._cached: tuple[int, int, tuple[list[int], int]] | None = None
 
     def _update(self, context: list[int]) -> None:
-        known = self._context
-        if len(context) < len(known) or context[: len(known)] != known:
-            self._context, self._text = [], ""
+        new = self._advance(context)
+        if new is None:
+            self._text = ""
             self._decoder.reset()
-            known = self._context
-        new = context[len(known) :]
+            new = context
         if not new:
             return
         parts = []
@@ -231,7 +243,6 @@ class ReflowDrafter(LookupDrafter):
         if chunk.startswith(" ") and self._text.endswith(" "):
             chunk = chunk[1:]
         self._text += chunk
-        self._context = list(context)
         self._cached = None
 
     def _longest_earlier_suffix(self) -> tuple[int, int]:

@@ -168,7 +168,8 @@ class Engine:
         params = settings.sampling
         draft = Draft(tokens=[])
         if plan.gamma > 0 and plan.drafter != "none":
-            request = DraftRequest(plan.gamma, params, rng, plan.keep_going)
+            wants_confidence = plan.wants_confidence or plan.keep_going is not None
+            request = DraftRequest(plan.gamma, params, rng, plan.keep_going, wants_confidence)
             draft = self.drafters[plan.drafter].propose(committed, request)
             # A draft that ends the answer ends the draft: tokens after it could only be
             # verified for nothing, and would count as accepted drafts that never appear.

@@ -18,8 +18,8 @@ from edgespec.sampling import SamplingParams
 if TYPE_CHECKING:
     from edgespec.engine import Engine
 
-DRAFTER_CHOICES = ("model", "ngram", "reflow", "none", "auto")
 FIXED_DRAFTERS = ("model", "ngram", "reflow", "none")
+DRAFTER_CHOICES = (*FIXED_DRAFTERS, "auto")
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class Plan:
     gamma: int  # most tokens to draft (0 = plain decoding)
     keep_going: Callable[[int, float], bool] | None = None  # early stop, see DraftRequest
     reason: str = ""
+    wants_confidence: bool = False  # the policy learns from the draft's confidences
 
 
 @dataclass(frozen=True)

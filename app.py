@@ -30,7 +30,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def load_pair(args: argparse.Namespace) -> EdgeSpec:
     """The shared EdgeSpec; raises EdgespecError with a one-line reason."""
     from edgespec.api import EdgeSpec, RuntimeOptions
-    from edgespec.controller import engine_state
     from edgespec.errors import EdgespecError
 
     if args.ctx < 16:
@@ -38,7 +37,7 @@ def load_pair(args: argparse.Namespace) -> EdgeSpec:
     lm = EdgeSpec(target=args.target, draft=args.draft, options=RuntimeOptions(n_ctx=args.ctx))
     # Measure drafting and verification costs now (or load them from an earlier run), so
     # that the first answer with drafter "auto" does not wait for it.
-    engine_state(lm.engine)
+    lm.controller_state()
     return lm
 
 
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return status
     lm = loaded[0]
 
-    from edgespec.ui import build_app
+    from edgespec.ui.layout import build_app
 
     demo = build_app(lm).queue()
     try:

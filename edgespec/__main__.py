@@ -1,5 +1,5 @@
 import sys
 
-from edgespec.cli import main
+from edgespec.cli.main import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """The Python API: load a model pair once, generate many times.
 
-    from edgespec.api import EdgeSpec
+    from edgespec import EdgeSpec
 
     lm = EdgeSpec()                                   # the default pair, pulled if needed
     done = lm.generate("Write a haiku about caches", chat=True, max_tokens=64)
@@ -18,17 +18,18 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from edgespec import catalog
-from edgespec.chat import chat_tokens
-from edgespec.compat import check_pair, precheck
-from edgespec.engine import Engine, GenerationSettings
+from edgespec.decoding.controller import AdaptivePolicy, ControllerState
+from edgespec.decoding.engine import Engine, GenerationSettings
+from edgespec.decoding.events import Done, Event
+from edgespec.decoding.policy import FixedPolicy, Policy
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError
-from edgespec.events import Done, Event
-from edgespec.gguf import read_info
-from edgespec.policy import FixedPolicy, Policy
-from edgespec.resolve import resolve
-from edgespec.runtime import LoadOptions, Model, init_backend
-from edgespec.sampling import SamplingParams
+from edgespec.models import catalog
+from edgespec.models.gguf import read_info
+from edgespec.models.resolve import resolve
+from edgespec.runtime.chat_template import chat_tokens
+from edgespec.runtime.compat import check_pair, precheck
+from edgespec.runtime.model import LoadOptions, Model, init_backend
 
 DEFAULT = "default"
 
@@ -83,6 +84,19 @@ class EdgeSpec:
         self.engine = Engine(self.target, self.draft)
         # One generation at a time per loaded pair: the caches are shared state.
         self.lock = threading.Lock()
+        self._controller: ControllerState | None = None
+
+    def controller_state(self, *, quiet: bool = False) -> ControllerState:
+        """The adaptive controller's knowledge of this pair (cost model, acceptance
+        statistics), created on first use: loaded from the profile on disk, and what it
+        lacks measured now (a progress bar unless ``quiet``). Call it after loading to
+        keep the measurement out of the first answer."""
+        if self._controller is None:
+            with self.lock:  # never time anything while a generation runs
+                self._controller = ControllerState.prepare(
+                    self.target, self.draft, self.engine.max_gamma + 1, quiet=quiet
+                )
+        return self._controller
 
     # -- prompts ------------------------------------------------------------------------
 
@@ -108,9 +122,13 @@ class EdgeSpec:
 
     def policy(self, drafter: str = "model", gamma: int | str = 4) -> Policy:
         if drafter == "auto" or gamma == "auto":
-            from edgespec.controller import AdaptivePolicy
-
-            return AdaptivePolicy.for_engine(self.engine, drafter=drafter, gamma=gamma)
+            return AdaptivePolicy.create(
+                self.controller_state(),
+                self.engine.drafters.keys(),
+                self.engine.max_gamma,
+                drafter=drafter,
+                gamma=gamma,
+            )
         return FixedPolicy(drafter, int(gamma))
 
     def stream(
@@ -122,12 +140,18 @@ class EdgeSpec:
         gamma: int | str = 4,
         chat: bool = False,
         system: str | None = None,
+        prediction: str | None = None,
         **sampling,
     ) -> Iterator[Event]:
         """Stream events for one generation. ``sampling`` keywords (temperature, top_k,
         top_p, min_p, seed, max_tokens, stop, lenience, verify) build the settings when
-        none are given."""
+        none are given. ``prediction`` is the text the answer is expected to be (OpenAI's
+        Predicted Outputs, e.g. the file an edit starts from): the copy drafters propose
+        from it; the answer stays exactly the target's."""
         settings = settings or settings_from(**sampling)
+        if prediction:
+            tokens_of_prediction = self.target.tokenize(prediction, add_special=False)
+            settings = replace(settings, prediction=tuple(tokens_of_prediction))
         policy = self.policy(drafter, gamma)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
             tokens = list(prompt)

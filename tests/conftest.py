@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import catalog
 from edgespec.api import EdgeSpec, RuntimeOptions
-from edgespec.resolve import resolve
+from edgespec.models import catalog
+from edgespec.models.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from edgespec.acceptance import (
+from edgespec.decoding.acceptance import (
     Verdict,
     block_stop_probabilities,
     block_weights,
@@ -38,8 +38,8 @@ from edgespec.acceptance import (
     verify_greedy,
     verify_tokens,
 )
+from edgespec.decoding.sampling import SamplingParams, probabilities
 from edgespec.errors import EdgespecError
-from edgespec.sampling import SamplingParams, probabilities
 
 # An outcome list: (τ, P(τ | draft), distribution of the next token given τ).
 Outcomes = list[tuple[int, float, np.ndarray]]

@@ -6,7 +6,6 @@ so its own Gradio session (conversation, Stop ownership).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import subprocess
@@ -23,8 +22,8 @@ from gradio_client import Client
 from gradio_client.utils import Status
 
 from edgespec.api import EdgeSpec
-from edgespec.ui import build_app
-from edgespec.ui_handlers import View
+from edgespec.ui.handlers import View
+from edgespec.ui.layout import build_app
 
 pytestmark = [
     pytest.mark.slow,
@@ -234,10 +233,6 @@ def test_lenience_reaches_the_running_generation(client: Client, lm: EdgeSpec, m
     job.result(timeout=60)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("edgespec.controller") is None,
-    reason="drafter/γ 'auto' needs edgespec.controller, which does not exist yet",
-)
 def test_default_settings_use_the_adaptive_controller(client: Client):
     final = client.submit(CODE_PROMPT, max_tokens=24, api_name="/chat").result(timeout=180)
     assert final[OUT["error"]] == ""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import EdgeSpec
-from edgespec.ui import build_app
+from edgespec.ui.layout import build_app
 
 pytestmark = [
     pytest.mark.slow,

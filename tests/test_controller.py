@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from edgespec.api import EdgeSpec, RuntimeOptions
-from edgespec.controller import AcceptanceStats, AdaptivePolicy, engine_state, expected_tokens
-from edgespec.costs import CostCurve, CostModel
-from edgespec.drafters import Draft, NgramDrafter
-from edgespec.policy import StepOutcome
-from edgespec.sampling import SamplingParams
+from edgespec.decoding.controller import AcceptanceStats, AdaptivePolicy, expected_tokens
+from edgespec.decoding.costs import CostCurve, CostModel
+from edgespec.decoding.drafters import Draft, NgramDrafter
+from edgespec.decoding.policy import StepOutcome, StepView
+from edgespec.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams()
 
@@ -64,10 +64,8 @@ class FakeModelDrafter:
         return self.behind
 
 
-class FakeEngine:
-    def __init__(self):
-        self.drafters = {"ngram": NgramDrafter(), "model": FakeModelDrafter()}
-        self.max_gamma = 16
+def drafters() -> dict:
+    return {"ngram": NgramDrafter(), "model": FakeModelDrafter()}
 
 
 def costs(target_ms: dict[int, float], draft_ms: float, k_max: int = 17) -> CostModel:
@@ -83,7 +81,7 @@ NOVEL = [101, 102, 103, 104, 105, 106, 107, 108]  # no repeats: nothing for n-gr
 
 
 def plan(policy: AdaptivePolicy, context: list[int], budget: int = 16):
-    return policy.plan(FakeEngine(), context, budget, GREEDY)
+    return policy.plan(StepView(context, budget, GREEDY, drafters()))
 
 
 def test_expected_tokens():
@@ -210,7 +208,7 @@ def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_meas
 ):
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     small = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=3), quiet=True)
-    state = engine_state(small.engine, quiet=True)
+    state = small.controller_state(quiet=True)
     assert all(state.costs.target.measured(k) for k in range(1, 5))  # every verification size
     path = state.costs.profile_path
     assert path is not None and set(json.loads(path.read_text())["target"]) == {"1", "2", "3", "4"}
@@ -219,7 +217,7 @@ def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_meas
     # A second engine allowing a larger γ measures only what the profile lacks ...
     larger = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=5), quiet=True)
     stored = json.loads(path.read_text())["target"]
-    state = engine_state(larger.engine, quiet=True)
+    state = larger.controller_state(quiet=True)
     assert state.costs.target.estimate(2) == pytest.approx(stored["2"])  # loaded, not re-measured
     assert set(json.loads(path.read_text())["target"]) == {str(k) for k in range(1, 7)}
     larger.close()
@@ -227,6 +225,6 @@ def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_meas
     # ... and a smaller one neither re-measures nor forgets the larger sizes.
     again = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=2), quiet=True)
     before = path.read_text()
-    engine_state(again.engine, quiet=True)
+    again.controller_state(quiet=True)
     assert path.read_text() == before
     again.close()

@@ -9,8 +9,8 @@ import pytest
 from conftest import fresh
 
 from edgespec.api import EdgeSpec, settings_from
-from edgespec.bench_prompts import PROMPTS as PROMPTS_BY_CATEGORY
-from edgespec.events import BONUS, DRAFT, TARGET, Done, Step, Token
+from edgespec.bench.prompts import PROMPTS as PROMPTS_BY_CATEGORY
+from edgespec.decoding.events import BONUS, DRAFT, TARGET, Done, Step, Token
 
 # Measured bound of llama.cpp's batch-size-dependent rounding (tests/test_runtime.py): a
 # speculative run may only part from target-only decoding where the target's two best

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli
 
-from edgespec import catalog, store
+from edgespec.models import catalog, store
 
 SMOL = "smollm2-135m"
 GEMMA = "gemma3-270m"

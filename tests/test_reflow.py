@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec.chat import chat_tokens
-from edgespec.drafters import NgramDrafter, ReflowDrafter
-from edgespec.runtime import Model
+from edgespec.decoding.drafters import NgramDrafter, ReflowDrafter
+from edgespec.runtime.chat_template import chat_tokens
+from edgespec.runtime.model import Model
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.compat import check_pair, text_difference
 from edgespec.errors import EdgespecError
-from edgespec.runtime import LoadOptions, Model
+from edgespec.runtime.compat import check_pair, text_difference
+from edgespec.runtime.model import LoadOptions, Model
 
 PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 

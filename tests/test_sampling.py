@@ -15,15 +15,15 @@ import pytest
 from scipy.special import softmax
 from scipy.stats import chisquare
 
-from edgespec import sampling
-from edgespec.errors import EdgespecError
-from edgespec.sampling import (
+from edgespec.decoding import sampling
+from edgespec.decoding.sampling import (
     SamplingParams,
     argmax_rows,
     max_probability,
     probabilities,
     sample,
 )
+from edgespec.errors import EdgespecError
 
 V_REAL = 151_936
 

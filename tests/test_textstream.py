@@ -3,7 +3,7 @@ span tokens, and what is released when."""
 
 from __future__ import annotations
 
-from edgespec.textstream import TextStream
+from edgespec.decoding.textstream import TextStream
 
 FLAMINGO = "🦩".encode()  # four bytes
 

@@ -1,0 +1,5 @@
+"""Speculative decoding itself. The math as pure functions (``sampling``, ``acceptance``);
+the proposers, one file each (``drafters/``); who drafts how much (``policy`` for fixed
+settings, ``controller`` with its measured ``costs`` for ``auto``); the loop that joins
+them (``engine``) and what it yields (``events``, ``textstream``). A change to how tokens
+are proposed, verified, priced or streamed goes here."""

@@ -1,0 +1,364 @@
+"""The cost-aware controller behind ``--drafter auto --gamma auto``.
+
+Before every step it prices each way of taking the step with the measured cost model
+(edgespec.decoding.costs) and the measured acceptance statistics below, and picks the one with
+the highest expected tokens per second:
+
+* plain decoding (γ = 0): 1 token for one single-token target pass;
+* each lookup drafter (token n-grams, and "reflow", the same on text blind to line
+  wrapping): its proposal (free to compute) with γ chosen so that
+  E[tokens] / (T(γ+1) + overhead) is largest, E from the measured acceptance of that
+  drafter's drafts with the same match length;
+* the draft model: catch-up decode + (γ−1) draft decodes + T(γ+1); while drafting it
+  stops early once the next token's expected gain per second (from the draft's own
+  confidence, calibrated by measured acceptance) falls below the step's rate so far.
+
+With p the probability that each next draft is accepted, a step that verifies γ drafts
+yields E = 1 + p + p² + … + p^γ tokens (the accepted prefix plus the target's token).
+
+Statistics react within a few steps (exponential averages), and the lookup drafters'
+acceptance is also scored counterfactually at every step (did their proposals match what
+the target committed?), so the controller notices at once when text turns repetitive,
+and which of the two copies the way this answer does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgespec.decoding.costs import DRAFT_WARMUP, CostModel, profile_path, target_warmup_sizes, warm_up
+from edgespec.decoding.drafters import LookupDrafter, ModelDrafter
+from edgespec.decoding.policy import Plan, StepOutcome, StepView
+from edgespec.errors import EdgespecError
+from edgespec.runtime.model import Model
+
+_FAST = 0.35  # EMA weight for acceptance levels: a handful of steps to turn around
+_SLOW = 0.1  # EMA weight for the confidence calibration
+_BUCKETS = 10
+# Effective match lengths are pooled into roughly geometric buckets (1, 2, 3, 4-5, 6-8, …,
+# 41+): a copy's chance to go on changes fast over its first tokens and slowly after, and
+# a wide bucket gathers evidence in a few steps where one per length would stay empty.
+_LENGTH_EDGES = np.array([1, 2, 3, 4, 6, 9, 13, 19, 27, 41])
+_LOOKUP_PRIOR = 0.3  # acceptance of a one-token match before any evidence
+_PSEUDO = 1.0  # pseudo-observations pulling a bucket toward the one below it
+_DECAY = 0.97  # per observation: a bucket remembers its last few dozen judgements
+_CAUTION = 1.0  # standard deviations taken off thinly supported acceptance estimates
+_EXPLORE_EVERY = 24  # steps between trials of a drafter that is not being chosen
+_OPEN_PROPOSALS = 8
+_MIN_GAIN = 1.08  # expected speed-up a drafting option needs over plain decoding
+LOOKUP_DRAFTERS = ("ngram", "reflow")  # draftless: proposals copied out of the context
+AUTO_DRAFTERS = (*LOOKUP_DRAFTERS, "model")  # what auto chooses among
+
+
+def expected_tokens(accept: np.ndarray) -> np.ndarray:
+    """E[tokens] for γ = 0..len(accept): accept[i] is the chance that draft i+1 is
+    accepted given the ones before it were."""
+    return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(accept))))
+
+
+class LookupStats:
+    """Measured acceptance of one lookup drafter's proposals: evidence on whether a
+    proposed token is right given that the ones before it in the proposal were, by its
+    effective match length m (matched suffix plus the proposal tokens before it): a copy
+    in progress is a long match. Counts decay, so the estimates follow the text."""
+
+    def __init__(self) -> None:
+        self.hits = np.zeros(len(_LENGTH_EDGES))
+        self.seen = np.zeros(len(_LENGTH_EDGES))
+        self._estimates: np.ndarray | None = None
+
+    @staticmethod
+    def bucket(effective_len: int | np.ndarray) -> int | np.ndarray:
+        return np.searchsorted(_LENGTH_EDGES, np.maximum(effective_len, 1), side="right") - 1
+
+    def observe(self, effective_len: int, hit: bool) -> None:
+        b = self.bucket(effective_len)
+        self.hits[b] = _DECAY * self.hits[b] + hit
+        self.seen[b] = _DECAY * self.seen[b] + 1
+        self._estimates = None
+
+    def estimates(self) -> np.ndarray:
+        """Acceptance by length bucket. Each bucket's evidence is smoothed toward the
+        estimate for the bucket below (a pseudo-observation), so a bucket with no evidence
+        of its own behaves like the longest one that has some: a copy that holds is trusted
+        to go on, until the lengths where copies end have been seen."""
+        if self._estimates is None:
+            estimates = np.empty(len(_LENGTH_EDGES))
+            prior = _LOOKUP_PRIOR
+            for m in range(len(_LENGTH_EDGES)):
+                seen = self.seen[m] + _PSEUDO
+                prior = (self.hits[m] + _PSEUDO * prior) / seen
+                # Price with a lower confidence bound: where evidence is thin (lengths no
+                # copy has reached yet) a bet on a long draft must not rest on a guess.
+                estimates[m] = max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / seen))
+            self._estimates = estimates
+        return self._estimates
+
+    def acceptance(self, match_len: int, length: int) -> np.ndarray:
+        return self.estimates()[self.bucket(match_len + np.arange(length))]
+
+
+@dataclass
+class AcceptanceStats:
+    """Measured acceptance of each drafter."""
+
+    # lookup drafters (n-gram, reflow), by name
+    lookup: dict[str, LookupStats] = field(
+        default_factory=lambda: {name: LookupStats() for name in LOOKUP_DRAFTERS}
+    )
+    # draft model: overall per-token acceptance, and calibration by the draft's confidence
+    model: float = 0.6
+    model_by_confidence: np.ndarray = field(
+        default_factory=lambda: (np.arange(_BUCKETS) + 0.5) / _BUCKETS  # prior: calibrated
+    )
+
+    @staticmethod
+    def _ema(old: float, hit: bool, weight: float) -> float:
+        return (1 - weight) * old + weight * float(hit)
+
+    def model_acceptance(self, confidence: float) -> float:
+        return float(self.model_by_confidence[min(int(confidence * _BUCKETS), _BUCKETS - 1)])
+
+    def observe_model(self, confidences: list[float], accepted: int) -> None:
+        for i, confidence in enumerate(confidences[: accepted + 1]):
+            hit = i < accepted
+            self.model = self._ema(self.model, hit, _FAST)
+            b = min(int(confidence * _BUCKETS), _BUCKETS - 1)
+            self.model_by_confidence[b] = self._ema(self.model_by_confidence[b], hit, _SLOW)
+
+
+@dataclass
+class _OpenProposal:
+    drafter: str
+    match_len: int
+    tokens: list[int]
+    judged: int = 0
+
+
+@dataclass
+class Choice:
+    drafter: str
+    gamma: int
+    rate: float  # expected tokens per second
+    expected: float  # expected tokens from the step
+    seconds: float  # expected seconds of the step
+
+
+class AdaptivePolicy:
+    """Chooses drafter and γ per step from measured costs and acceptance."""
+
+    prefill_draft = False  # the draft model catches up only when it is chosen
+
+    def __init__(
+        self,
+        costs: CostModel,
+        drafters: tuple[str, ...] = AUTO_DRAFTERS,
+        gamma_cap: int | None = None,
+        fixed_gamma: int | None = None,
+        stats: AcceptanceStats | None = None,
+    ):
+        self.costs = costs
+        self.allowed = drafters
+        self.gamma_cap = gamma_cap
+        self.fixed_gamma = fixed_gamma
+        self.stats = stats or AcceptanceStats()
+        self._steps = 0
+        self._last_used = {name: 0 for name in drafters}
+        # Recent lookup proposals, used or not, judged against the text as it is committed.
+        self._open: deque[_OpenProposal] = deque(maxlen=_OPEN_PROPOSALS * len(LOOKUP_DRAFTERS))
+        self._expected = 1.0  # expected tokens of the model draft being built
+        self._included_p = 1.0  # chance that every draft included so far is accepted
+        self._catch_up_s = 0.0
+        self._first_draft_s = 0.0
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        state: ControllerState,
+        loaded: Collection[str],
+        max_gamma: int,
+        drafter: str = "auto",
+        gamma: int | str = "auto",
+    ) -> AdaptivePolicy:
+        """The policy for ``--drafter X --gamma Y`` where at least one of them is auto,
+        over the drafters ``loaded``. ``state`` (costs and statistics of the loaded pair)
+        is owned by the caller, so what one request learns carries over to the next."""
+        if drafter == "auto":
+            names = tuple(n for n in AUTO_DRAFTERS if n in loaded)
+        elif drafter == "none":
+            names = ()
+        elif drafter in loaded:
+            names = (drafter,)
+        else:
+            raise EdgespecError(f"drafter '{drafter}' needs a draft model, and none is loaded")
+        fixed = None if gamma == "auto" else int(gamma)
+        if fixed is not None and fixed < 0:
+            raise EdgespecError(f"gamma must be >= 0 (got {fixed})")
+        return cls(state.costs, names, gamma_cap=max_gamma, fixed_gamma=fixed, stats=state.stats)
+
+    def check(self, drafters: Collection[str], max_gamma: int) -> None:
+        if self.fixed_gamma is not None and self.fixed_gamma > max_gamma:
+            raise EdgespecError(f"gamma {self.fixed_gamma} is larger than this engine allows ({max_gamma})")
+
+    # -- pricing ------------------------------------------------------------------------
+
+    def _verify_seconds(self, gammas: np.ndarray) -> np.ndarray:
+        table = self.costs.target.table()
+        return table[np.minimum(gammas + 1, len(table) - 1)] + self.costs.overhead
+
+    def _best(self, drafter: str, accept: np.ndarray, fixed_cost: float, per_draft: float) -> Choice:
+        gammas = np.arange(1, len(accept) + 1)
+        if self.fixed_gamma is not None:
+            gammas = gammas[gammas == min(self.fixed_gamma, len(accept))]
+        if gammas.size == 0:
+            return Choice(drafter, 0, 0.0, 1.0, 1.0)
+        expected = expected_tokens(accept)[gammas]
+        seconds = self._verify_seconds(gammas) + fixed_cost + per_draft * (gammas - 1)
+        rates = expected / seconds
+        i = int(np.argmax(rates))
+        return Choice(drafter, int(gammas[i]), float(rates[i]), float(expected[i]), float(seconds[i]))
+
+    def choices(self, view: StepView) -> list[Choice]:
+        """Every option for the next step, priced."""
+        context, budget = view.context, view.budget
+        plain = self.costs.target.estimate(1) + self.costs.overhead
+        options = [Choice("none", 0, 1.0 / plain, 1.0, plain)]
+        cap = min(budget, self.gamma_cap or budget)
+        if cap <= 0:
+            return options
+        for name in LOOKUP_DRAFTERS:
+            if name not in self.allowed:
+                continue
+            lookup: LookupDrafter = view.drafters[name]
+            proposal, n = lookup.lookup(context, cap)
+            if proposal:
+                self._open.append(_OpenProposal(name, n, proposal))
+                accept = self.stats.lookup[name].acceptance(n, len(proposal))
+                options.append(self._best(name, accept, 0.0, 0.0))
+        if "model" in self.allowed:
+            drafter: ModelDrafter = view.drafters["model"]
+            catch_up = drafter.catch_up_cost_tokens(context)
+            first = self.costs.draft.estimate(catch_up)
+            self._catch_up_s = first
+            per_draft = self.costs.draft.estimate(1)
+            options.append(self._best("model", np.full(cap, self.stats.model), first, per_draft))
+        return options
+
+    def plan(self, view: StepView) -> Plan:
+        self._steps += 1
+        options = self.choices(view)
+        if self.fixed_gamma == 0 or not self.allowed:
+            options = options[:1]
+        # Drafting must beat plain decoding clearly: its estimates are noisy, and a wrong
+        # bet on a steep CPU cost curve loses more than a right one wins.
+        plain = options[0]
+        drafting = [c for c in options[1:] if c.rate > plain.rate * _MIN_GAIN]
+        best = max(drafting, key=lambda c: c.rate) if drafting else plain
+        # A drafter that is never chosen is never measured: try it now and then while its
+        # best case (near-perfect acceptance) could still beat the current choice.
+        for option in options:
+            name = option.drafter
+            if name != "model" or name == best.drafter:
+                continue  # lookup proposals are judged for free at every step anyway
+            if self._steps - self._last_used.get(name, 0) >= _EXPLORE_EVERY and self._could_win(option, best):
+                best = Choice(
+                    name, max(1, min(option.gamma, 4)), option.rate, option.expected, option.seconds
+                )
+                break
+        if best.drafter != "none":
+            self._last_used[best.drafter] = self._steps
+        reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
+        self._expected, self._included_p = 1.0, 1.0
+        self._first_draft_s = self._catch_up_s
+        keep_going = self._keep_going if best.drafter == "model" and self.fixed_gamma is None else None
+        return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
+
+    def _could_win(self, option: Choice, best: Choice) -> bool:
+        optimistic = expected_tokens(np.full(max(option.gamma, 1), 0.95))[-1] / option.seconds
+        return optimistic > best.rate
+
+    def _keep_going(self, i: int, confidence: float) -> bool:
+        """Draft token i (0-based) has confidence ``confidence``: include it? Token 0 always
+        is. Token i is included only if what it adds in expectation, per second it costs
+        (one more verified position, and the draft decode that follows it), beats the
+        expected rate of the step as it stands."""
+        p_new = self._included_p * self.stats.model_acceptance(confidence)
+        if i > 0:
+            target, per_draft = self.costs.target, self.costs.draft.estimate(1)
+            seconds = self._first_draft_s + i * per_draft + target.estimate(i + 1) + self.costs.overhead
+            marginal = target.estimate(i + 2) - target.estimate(i + 1) + per_draft
+            if p_new / max(marginal, 1e-6) < self._expected / seconds:
+                return False
+        self._included_p = p_new
+        self._expected += p_new
+        return True
+
+    # -- learning -----------------------------------------------------------------------
+
+    def observe(self, outcome: StepOutcome) -> None:
+        costs = self.costs
+        costs.observe_overhead(outcome.overhead_s)
+        costs.target.observe(outcome.gamma + 1, outcome.verify_s)
+        for k, seconds in outcome.draft.decodes:
+            costs.draft.observe(k, seconds)
+        if outcome.drafter == "model":
+            self.stats.observe_model(outcome.draft.confidences, outcome.accepted)
+        self._judge_open_proposals(outcome.new_tokens)
+
+    def _judge_open_proposals(self, committed: list[int]) -> None:
+        """Each committed token confirms or refutes the next token of every open lookup
+        proposal: free, counterfactual evidence of how lookup drafts would fare (exact
+        under greedy decoding; under sampling, a match happens with the probability an
+        accepted one-hot draft has)."""
+        for token in committed:
+            for proposal in list(self._open):
+                hit = proposal.tokens[proposal.judged] == token
+                self.stats.lookup[proposal.drafter].observe(proposal.match_len + proposal.judged, hit)
+                proposal.judged += 1
+                if not hit or proposal.judged == len(proposal.tokens):
+                    self._open.remove(proposal)
+
+
+@dataclass
+class ControllerState:
+    """What the controller knows about one loaded pair on this machine: the cost model and
+    the acceptance statistics. Its owner (the API object that loaded the pair) creates it
+    once and hands it to every adaptive policy, so learning carries over between requests."""
+
+    costs: CostModel
+    stats: AcceptanceStats
+
+    @classmethod
+    def prepare(
+        cls, target: Model, draft: Model | None, k_max: int, *, quiet: bool = False
+    ) -> ControllerState:
+        """Costs come from the profile kept on disk for this pair, machine and placement;
+        whatever it lacks is measured now (with a progress bar unless ``quiet``) and
+        added to it."""
+        costs = CostModel.empty(k_max)
+        costs.profile_path = profile_path(target, draft)
+        costs.load()
+        known = (costs.target.to_json(), costs.draft.to_json())
+        warm_up(target, costs.target, target_warmup_sizes(costs.target.k_max), all_logits=True, quiet=quiet)
+        if draft is not None:
+            warm_up(draft, costs.draft, DRAFT_WARMUP, all_logits=False, quiet=quiet)
+        if (costs.target.to_json(), costs.draft.to_json()) != known:
+            costs.save()
+        return cls(costs=costs, stats=AcceptanceStats())
+
+
+def describe(costs: CostModel) -> str:
+    """One line of what was measured, for --verbose and the bench header."""
+    t = costs.target
+    points = [
+        f"T({k})={1000 * t.estimate(k):.0f}ms" for k in (1, 2, 5, 9, 17) if not math.isnan(t.estimate(k))
+    ]
+    d = costs.draft.estimate(1)
+    return " ".join(points) + (f" draft={1000 * d:.0f}ms/token" if not math.isnan(d) else "")

@@ -1,0 +1,73 @@
+"""The draft model: a small model of the target's vocabulary drafting autoregressively."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from edgespec.decoding.drafters.base import Draft, DraftRequest
+from edgespec.decoding.sampling import max_probability, probabilities, sample
+from edgespec.runtime.model import Model, common_prefix
+
+
+class ModelDrafter:
+    """A small model of the same vocabulary drafting autoregressively."""
+
+    name = "model"
+
+    def __init__(self, model: Model, target_vocab: int | None = None):
+        self.model = model
+        # q rows are as wide as the target's vocabulary; ids the draft lacks keep q = 0.
+        width = max(target_vocab or 0, model.n_vocab)
+        self._q = np.zeros((model.options.max_outputs, width), dtype=np.float32)
+
+    def begin(self, prompt: list[int], prediction: list[int]) -> None:
+        pass  # the draft's cache is brought up to date lazily, by sync
+
+    def prefill(self, context: list[int]) -> float:
+        """Bring the draft's cache up to ``context`` (all but its last token); seconds."""
+        start = time.perf_counter()
+        reused = self.model.sync(context)
+        if len(context) - 1 > reused:
+            self.model.decode(context[reused:-1], n_outputs=0)
+        return time.perf_counter() - start
+
+    def catch_up_cost_tokens(self, context: list[int]) -> int:
+        """How many tokens ``propose`` would decode before its first draft token."""
+        return len(context) - common_prefix(self.model.tokens, context, limit=len(context) - 1)
+
+    def propose(self, context: list[int], request: DraftRequest) -> Draft:
+        model = self.model
+        start = time.perf_counter()
+        reused = model.sync(context)
+        model.mark()
+        draft = Draft(tokens=[], catch_up=len(context) - reused)
+        logits = self._decode(context[reused:], draft)
+        greedy = request.params.greedy
+        for i in range(request.max_tokens):
+            if greedy:
+                token = int(np.argmax(logits))
+                confidence = max_probability(logits) if request.wants_confidence else 1.0
+            else:
+                q_row = probabilities(logits, request.params, out=self._q[i, : model.n_vocab])
+                token = sample(q_row, request.rng)
+                confidence = float(q_row[token])
+            if request.keep_going is not None and not request.keep_going(i, confidence):
+                break
+            draft.tokens.append(token)
+            draft.confidences.append(confidence)
+            if model.is_eog(token):
+                break  # nothing follows the end of the answer: drafting on is wasted work
+            if i + 1 < request.max_tokens:
+                logits = self._decode([token], draft)
+        draft.seconds = time.perf_counter() - start
+        if not greedy:
+            draft.q = self._q[: len(draft.tokens)]
+        return draft
+
+    def _decode(self, tokens: list[int], draft: Draft) -> np.ndarray:
+        start = time.perf_counter()
+        logits = self.model.decode(tokens, 1)[0]
+        draft.decodes.append((len(tokens), time.perf_counter() - start))
+        return logits

@@ -1,0 +1,62 @@
+"""Prompt lookup on token n-grams: copy what followed the context's suffix earlier."""
+
+from __future__ import annotations
+
+from edgespec.decoding.drafters.base import LookupDrafter
+
+
+class NgramDrafter(LookupDrafter):
+    """Prompt-lookup decoding: find the longest recent repeat of the context's suffix
+    (n from ``max_n`` down to ``min_n`` tokens) and propose what followed it.
+
+    Useful where answers repeat their input (code editing, summaries that quote,
+    reformatting). An index of every n-gram's most recent continuation is updated
+    incrementally as the context grows."""
+
+    name = "ngram"
+
+    def __init__(self, min_n: int = 1, max_n: int = 6):
+        super().__init__()
+        self.min_n, self.max_n = min_n, max_n
+        self._index: dict[tuple[int, ...], int] = {}
+        self._indexed = 0  # n-grams ending before this position are in the index
+        self._prediction_index: dict[tuple[int, ...], int] = {}
+        self._from_prediction = 0
+
+    def begin(self, prompt: list[int], prediction: list[int]) -> None:
+        """Index the predicted output once: its n-grams are matched like the context's,
+        and win ties (the prediction is what the client expects the answer to be)."""
+        super().begin(prompt, prediction)
+        self._prediction_index = {}
+        for end in range(len(prediction) - 1):
+            for n in range(self.min_n, min(self.max_n, end + 1) + 1):
+                self._prediction_index.setdefault(tuple(prediction[end - n + 1 : end + 1]), end + 1)
+
+    def last_from_prediction(self) -> int:
+        return self._from_prediction
+
+    def _update(self, context: list[int]) -> None:
+        if self._advance(context) is None:
+            self._index.clear()
+            self._indexed = 0
+        # An n-gram ending at position p is indexed once position p+1 exists, so every
+        # indexed match has a continuation, and the context's own suffix never matches itself.
+        for end in range(self._indexed, len(context) - 1):
+            for n in range(self.min_n, min(self.max_n, end + 1) + 1):
+                self._index[tuple(context[end - n + 1 : end + 1])] = end + 1
+        self._indexed = max(self._indexed, len(context) - 1)
+
+    def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
+        self._update(context)
+        self._from_prediction = 0
+        for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
+            suffix = tuple(context[-n:])
+            follow = self._prediction_index.get(suffix)
+            if follow is not None:
+                tokens = self.prediction[follow : follow + max_tokens]
+                self._from_prediction = len(tokens)
+                return tokens, n
+            follow = self._index.get(suffix)
+            if follow is not None:
+                return context[follow : follow + max_tokens], n
+        return [], 0

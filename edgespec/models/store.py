@@ -1,0 +1,152 @@
+"""The model cache under ``EDGESPEC_HOME``: where verified files live and how they get there.
+
+Layout::
+
+    $EDGESPEC_HOME/models/NAME.gguf        a verified model file
+    $EDGESPEC_HOME/models/NAME.gguf.json   its stamp: sha256, source, size, mtime
+    $EDGESPEC_HOME/tmp/                    work in progress (same filesystem, so the
+                                           final rename is atomic)
+
+A file reaches its final name only by ``install``, after its checksum matched, so an
+interrupted pull never leaves something that looks complete. The stamp lets later uses
+skip re-hashing a gigabyte while the file's size and mtime are unchanged; ``verify``
+always re-hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.errors import EdgespecError
+from edgespec.models.catalog import CatalogModel
+
+_HASH_BLOCK = 4 << 20
+
+
+def home() -> Path:
+    return Path(os.environ.get("EDGESPEC_HOME") or Path.home() / ".cache" / "edgespec")
+
+
+def models_dir() -> Path:
+    return home() / "models"
+
+
+def scratch_dir() -> Path:
+    """A fresh private directory for work in progress, on the cache's filesystem."""
+    base = home() / "tmp"
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="pull-", dir=base))
+
+
+def model_file(name: str) -> Path:
+    return models_dir() / f"{name}.gguf"
+
+
+def _stamp_file(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def sha256_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(_HASH_BLOCK):
+            digest.update(block)
+            if on_bytes:
+                on_bytes(len(block))
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Stamp:
+    sha256: str
+    source: str
+    size: int
+    mtime_ns: int
+
+    def matches(self, path: Path) -> bool:
+        st = path.stat()
+        return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
+
+
+def read_stamp(path: Path) -> Stamp | None:
+    try:
+        return Stamp(**json.loads(_stamp_file(path).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_stamp(path: Path, sha256: str, source: str) -> None:
+    st = path.stat()
+    stamp = Stamp(sha256=sha256, source=source, size=st.st_size, mtime_ns=st.st_mtime_ns)
+    tmp = _stamp_file(path).with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(stamp.__dict__, indent=1) + "\n")
+    os.replace(tmp, _stamp_file(path))
+
+
+def trusted_checksums(model: CatalogModel, stamp: Stamp | None) -> set[str]:
+    """Checksums a cached copy of ``model`` may have: the catalog's, plus a hub LFS
+    checksum recorded at download time for a hub source the catalog has no sum for."""
+    sums = model.known_checksums()
+    if stamp and stamp.source == "hub" and model.hub and not model.hub.sha256:
+        sums.add(stamp.sha256)
+    return sums
+
+
+def cached(model: CatalogModel) -> Path | None:
+    """The cached file of ``model`` if it is there and known good, else None.
+
+    Trusts an unchanged stamp; re-hashes (and re-stamps) a file that lost its stamp."""
+    path = model_file(model.name)
+    if not path.is_file():
+        return None
+    stamp = read_stamp(path)
+    if stamp and stamp.matches(path):
+        return path if stamp.sha256 in trusted_checksums(model, stamp) else None
+    sha = sha256_file(path)
+    if sha in model.known_checksums():
+        write_stamp(path, sha, "registry" if model.registry and sha == model.registry.sha256 else "hub")
+        return path
+    return None
+
+
+def verify(model: CatalogModel, on_bytes: Callable[[int], None] | None = None) -> str:
+    """Re-hash the cached copy. Returns "ok", "missing" or a one-line problem."""
+    path = model_file(model.name)
+    if not path.is_file():
+        return "missing"
+    stamp = read_stamp(path)
+    sha = sha256_file(path, on_bytes)
+    if sha in trusted_checksums(model, stamp):
+        if not (stamp and stamp.matches(path) and stamp.sha256 == sha):
+            write_stamp(path, sha, stamp.source if stamp else "registry")
+        return "ok"
+    return f"checksum mismatch (got {sha[:12]}…, size {path.stat().st_size:,} bytes)"
+
+
+def install(tmp_file: Path, model: CatalogModel, sha256: str, source: str) -> Path:
+    """Move a verified file to its final name; the stamp goes first so that the final
+    name never appears without one."""
+    final = model_file(model.name)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        final.unlink()
+    write_stamp(tmp_file, sha256, source)
+    os.replace(_stamp_file(tmp_file), _stamp_file(final))
+    os.replace(tmp_file, final)
+    # The rename keeps mtime, so the stamp written for the temporary name stays valid.
+    return final
+
+
+def require_space(where: Path, needed: int) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    free = os.statvfs(where).f_bavail * os.statvfs(where).f_frsize
+    if needed and free < needed:
+        raise EdgespecError(
+            f"not enough disk space in {where}: need {needed / 1e9:.2f} GB, {free / 1e9:.2f} GB free"
+        )

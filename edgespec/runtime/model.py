@@ -1,0 +1,433 @@
+"""One GGUF model in llama.cpp, through the low-level ``llama-cpp-python`` API.
+
+A ``Model`` owns one llama.cpp context with a single sequence and remembers which tokens
+its KV cache holds (``model.tokens``, position i holds token i). It can
+
+* decode a batch of tokens appended at the end, asking for logits only for the last
+  ``n_outputs`` of them (one row for a prefill or a draft step, γ+1 rows to verify);
+* roll the sequence back to its first n tokens, by truncation (``llama_memory_seq_rm``)
+  or, where a model's memory cannot drop part of a sequence (recurrent and hybrid
+  models), by restoring a snapshot taken with ``mark()`` and re-decoding what follows;
+* tokenize and detokenize, and report vocabulary facts.
+
+The high-level ``llama_cpp.Llama`` is avoided on purpose: with ``logits_all`` it keeps
+n_ctx × n_vocab floats and computes logits for every prompt token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from edgespec.errors import EdgespecError
+from edgespec.models.gguf import read_info
+
+ROLLBACK_MODES = ("auto", "truncate", "snapshot")
+LOAD_MODE_READ = 0  # llama_load_mode NONE: read the file, no mmap
+_ABORTABLE_BATCH = 64  # decodes at least this long can be interrupted by abort()
+
+
+# --- llama.cpp logging -----------------------------------------------------------------
+
+_log_state = {"verbose": False, "recent": []}
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    message = text.decode("utf-8", errors="replace") if text else ""
+    if _log_state["verbose"]:
+        print(message, end="", file=__import__("sys").stderr)
+    # Keep the last lines so that a failed load can say why in one line.
+    recent = _log_state["recent"]
+    if message.strip():
+        recent.append(message.strip())
+        del recent[:-20]
+
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def init_backend(verbose: bool = False) -> None:
+    """Initialise llama.cpp once per process and route its logs through us. The callback
+    object lives at module level: if it were collected, llama.cpp would call freed memory."""
+    global _backend_ready
+    _log_state["verbose"] = verbose
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+def gpu_offload_available() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS has no sched_getaffinity
+        return max(1, os.cpu_count() or 1)
+
+
+# --- options ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a model.
+
+    n_gpu_layers: layers offloaded to the GPU; -1 means all of them where a GPU backend
+        (Metal, CUDA) exists, and is ignored on a CPU-only build.
+    n_ctx: context length in tokens (prompt + answer).
+    n_threads: CPU threads; None uses every core this process may run on.
+    n_batch: largest batch handed to llama.cpp at once (longer prefills are split).
+    max_outputs: most logits rows one decode may return; bounds the logits buffer
+        (n_vocab floats per row), so it is set to the largest verification batch.
+    rollback: "truncate", "snapshot" or "auto" (truncate where the model allows it).
+    """
+
+    n_gpu_layers: int = -1
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    n_batch: int = 128
+    max_outputs: int = 33
+    rollback: str = "auto"
+
+
+@dataclass
+class Snapshot:
+    """The saved state of the sequence when it held ``n_tokens`` tokens."""
+
+    n_tokens: int
+    data: ctypes.Array
+
+
+class Model:
+    """A loaded GGUF model with one context and one sequence (id 0)."""
+
+    def __init__(self, path: Path, options: LoadOptions = LoadOptions(), *, name: str = ""):
+        if options.rollback not in ROLLBACK_MODES:
+            raise EdgespecError(f"rollback must be one of {', '.join(ROLLBACK_MODES)}")
+        init_backend(_log_state["verbose"])
+        self.path = Path(path)
+        self.name = name or self.path.stem
+        self.gguf = read_info(self.path)  # one clear line for missing / non-GGUF / truncated
+        self.options = options
+        self._model = None
+        self._ctx = None
+        self._batch = None
+        self._load()
+        self.vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self.recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
+        )
+        self.rollback = options.rollback
+        if self.rollback == "auto":
+            self.rollback = "snapshot" if self.recurrent else "truncate"
+        self.tokens: list[int] = []
+        self._snapshot: Snapshot | None = None
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._pieces: dict[int, bytes] = {}
+        self._aborted = threading.Event()
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._aborted.is_set())
+        self._abort_armed = False
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        opts = self.options
+        mparams = llama_cpp.llama_model_default_params()
+        if opts.n_gpu_layers < 0:
+            mparams.n_gpu_layers = -1 if gpu_offload_available() else 0
+        else:
+            mparams.n_gpu_layers = opts.n_gpu_layers
+        if mparams.n_gpu_layers == 0:
+            # On the CPU llama.cpp repacks weights into its own layout; with mmap the
+            # file's pages would stay resident beside the copy, nearly doubling memory.
+            mparams.load_mode = LOAD_MODE_READ
+        _log_state["recent"].clear()
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise EdgespecError(f"llama.cpp could not load {self.path}: {_last_log_error()}")
+        n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        if opts.n_ctx < 16:
+            self.close()
+            raise EdgespecError(f"context length must be at least 16 tokens (got {opts.n_ctx})")
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = opts.n_ctx if n_ctx_train <= 0 else min(opts.n_ctx, n_ctx_train)
+        cparams.n_batch = cparams.n_ubatch = max(opts.n_batch, opts.max_outputs)
+        cparams.n_seq_max = 1
+        cparams.n_outputs_max = opts.max_outputs
+        threads = opts.n_threads or default_threads()
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise EdgespecError(f"llama.cpp could not create a context for {self.path}: {_last_log_error()}")
+        # llama.cpp may lower n_batch (it is capped by the requested n_ctx): ask what it kept.
+        self._batch_capacity = llama_cpp.llama_n_batch(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self._batch_capacity, 0, 1)
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        # At interpreter shutdown llama_cpp may already be gone.
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # -- vocabulary ---------------------------------------------------------------------
+
+    @property
+    def bos(self) -> int:
+        return llama_cpp.llama_vocab_bos(self.vocab)
+
+    @property
+    def eos(self) -> int:
+        return llama_cpp.llama_vocab_eos(self.vocab)
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    @property
+    def vocab_type(self) -> int:
+        return llama_cpp.llama_vocab_type(self.vocab)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def is_control(self, token: int) -> bool:
+        """A control token (<|im_start|>, <|im_end|> …): structure, not text."""
+        return bool(llama_cpp.llama_vocab_is_control(self.vocab, token))
+
+    def token_text(self, token: int) -> str:
+        raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def metadata(self, key: str) -> str | None:
+        value = self.gguf.metadata.get(key)
+        return value if isinstance(value, str) else None
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(
+                self.vocab, data, len(data), buf, capacity, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token as text (special tokens rendered); cached, because
+        streaming asks for every generated token."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, True)
+            if n < 0:
+                big = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, big, -n, 0, True)
+                cached = big.raw[:n]
+            else:
+                cached = self._piece_buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    # -- decoding -----------------------------------------------------------------------
+
+    def decode(self, tokens: list[int], n_outputs: int = 1) -> np.ndarray:
+        """Append ``tokens`` to the sequence and return logits for its last ``n_outputs``
+        positions as a (n_outputs, n_vocab) float32 view into llama.cpp's buffer.
+
+        The view is valid until the next decode; copy what must outlive it."""
+        if not tokens:
+            raise ValueError("decode needs at least one token")
+        if not 0 <= n_outputs <= min(len(tokens), self.options.max_outputs):
+            raise ValueError(f"n_outputs={n_outputs} outside 0..{min(len(tokens), self.options.max_outputs)}")
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise EdgespecError(f"context full: {len(self.tokens) + len(tokens)} tokens > n_ctx {self.n_ctx}")
+        first_output = len(tokens) - n_outputs
+        for start in range(0, len(tokens), self._batch_capacity):
+            chunk = tokens[start : start + self._batch_capacity]
+            self._submit(chunk, first_output - start)
+        if n_outputs == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
+
+    def _submit(self, chunk: list[int], first_output: int) -> None:
+        batch = self._batch
+        pos0 = len(self.tokens)
+        n = len(chunk)
+        batch.n_tokens = n
+        for i, token in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = pos0 + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= first_output
+        self._aborted.clear()
+        self._arm_abort(n >= _ABORTABLE_BATCH)
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            self._recover_after_failed_decode()
+            if status == 2:
+                raise DecodeAborted()
+            raise EdgespecError(f"llama.cpp decode failed (status {status}): {_last_log_error()}")
+        self.tokens.extend(chunk)
+
+    def _recover_after_failed_decode(self) -> None:
+        """A fatal or aborted decode may leave part of the batch in memory: cut back to
+        what we believe the cache holds."""
+        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self.tokens), -1):
+            self.reset()
+
+    def _arm_abort(self, armed: bool) -> None:
+        """llama.cpp polls the abort callback between graph nodes, several hundred times
+        per decode, each a Python call from C: worth it for long prefills (so Stop works
+        at once), a measurable tax on the short decodes of the generation loop."""
+        if armed != self._abort_armed:
+            callback = self._abort_cb if armed else llama_cpp.ggml_abort_callback(0)
+            llama_cpp.llama_set_abort_callback(self._ctx, callback, ctypes.c_void_p(0))
+            self._abort_armed = armed
+
+    def abort(self) -> None:
+        """Ask a decode running in another thread to stop at its next check."""
+        self._aborted.set()
+
+    # -- rollback -----------------------------------------------------------------------
+
+    def mark(self) -> None:
+        """Remember the current state so that ``keep`` can return to it in snapshot mode.
+        Only needed (and only costs anything) when rollback == "snapshot"."""
+        if self.rollback != "snapshot":
+            return
+        self._snapshot = self.snapshot()
+
+    def keep(self, n: int) -> None:
+        """Roll the sequence back to its first ``n`` tokens."""
+        if n >= len(self.tokens):
+            return
+        if self.rollback == "truncate":
+            self.truncate(n)
+            return
+        snap = self._snapshot
+        if snap is None or snap.n_tokens > n:
+            # No snapshot at or before n: start over and re-decode the prefix.
+            replay = self.tokens[:n]
+            self.reset()
+        else:
+            replay = self.tokens[snap.n_tokens : n]
+            self.restore(snap)
+        if replay:
+            self.decode(replay, n_outputs=0)
+
+    def truncate(self, n: int) -> None:
+        """Drop every position >= n from the KV cache."""
+        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n, -1):
+            raise EdgespecError(
+                f"{self.name}: llama.cpp cannot remove part of this model's sequence; use --rollback snapshot"
+            )
+        del self.tokens[n:]
+
+    def snapshot(self) -> Snapshot:
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        data = (ctypes.c_uint8 * max(size, 1))()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, data, size, 0)
+        if written != size:
+            raise EdgespecError(f"{self.name}: saving the sequence state failed")
+        return Snapshot(n_tokens=len(self.tokens), data=data)
+
+    def restore(self, snap: Snapshot) -> None:
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        if snap.n_tokens and not llama_cpp.llama_state_seq_set_data(self._ctx, snap.data, len(snap.data), 0):
+            self.tokens = []
+            raise EdgespecError(f"{self.name}: restoring the sequence state failed")
+        self.tokens = self.tokens[: snap.n_tokens]
+        self._snapshot = snap
+
+    def reset(self) -> None:
+        """Empty the sequence (removing a whole sequence never fails)."""
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        self.tokens = []
+        self._snapshot = None
+
+    def cache_span(self) -> tuple[int, int]:
+        """(first, last) position llama.cpp holds for the sequence; (-1, -1) when empty.
+        Lets tests check the cache against ``tokens`` directly."""
+        return (
+            llama_cpp.llama_memory_seq_pos_min(self._memory, 0),
+            llama_cpp.llama_memory_seq_pos_max(self._memory, 0),
+        )
+
+    def sync(self, tokens: list[int]) -> int:
+        """Make the cache hold a prefix of ``tokens`` as long as possible without decoding,
+        always leaving at least one token of ``tokens`` undecoded (its logits are needed).
+        Returns how many tokens are reused."""
+        common = common_prefix(self.tokens, tokens, limit=len(tokens) - 1)
+        self.keep(common)
+        return common
+
+
+def common_prefix(a: list[int], b: list[int], limit: int | None = None) -> int:
+    """Length of the common prefix of two token lists (at most ``limit``). The usual case,
+    a cache that is a prefix of the context, is one C-level list comparison."""
+    n = min(len(a), len(b), len(b) if limit is None else limit)
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # the first difference lies in [lo, hi): halve with slice compares
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class DecodeAborted(Exception):
+    """A decode stopped because ``Model.abort`` was called (the Stop button)."""
+
+
+def _last_log_error() -> str:
+    recent = _log_state["recent"]
+    for line in reversed(recent):
+        if "error" in line.lower() or "failed" in line.lower():
+            return line
+    return recent[-1] if recent else "no reason given"
+
+
+def timed_decode(model: Model, tokens: list[int], n_outputs: int) -> tuple[np.ndarray, float]:
+    """decode() and the seconds it took (logits are ready when it returns on the CPU)."""
+    start = time.perf_counter()
+    logits = model.decode(tokens, n_outputs)
+    return logits, time.perf_counter() - start

@@ -1,0 +1,3 @@
+"""The Gradio chat app: ``layout`` builds the page and wires events, ``handlers`` holds
+what the buttons do, ``session`` per-tab state and the engine gate, ``answer`` folds one
+answer's events into what the panels show, ``text`` and ``figures`` render them."""

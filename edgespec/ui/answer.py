@@ -1,0 +1,78 @@
+"""One answer as the chat app sees it: the engine's events folded into what the panels
+show (provenance runs, per-step records, running τ and acceptance) while it streams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edgespec.decoding.events import TARGET, Done, Event, Step, Token
+
+
+@dataclass
+class AnswerRun:
+    """Accumulates the events of one generation, in order."""
+
+    # Consecutive tokens of the same provenance merged into [text, source] runs: a long
+    # answer stays a short list, which keeps every streamed UI update small.
+    runs: list[list[str]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    done: Done | None = None
+    _step_tokens_due: int = 0  # tokens of the latest step not yet received
+
+    def add(self, event: Event) -> bool:
+        """Fold in one event; True when it completes a step (the step's tokens follow its
+        Step event, so only then do the counters describe the step whole)."""
+        if isinstance(event, Token):
+            self.tokens += 1
+            self._append(event.text, event.source)
+            if self._step_tokens_due:
+                self._step_tokens_due -= 1
+                return self._step_tokens_due == 0
+        elif isinstance(event, Step):
+            self.steps.append(event)
+            self.drafted += event.gamma
+            self.accepted += event.accepted
+            self._step_tokens_due = event.accepted + 1  # the accepted drafts and the target's own
+        elif isinstance(event, Done):
+            self.done = event
+            # The tail was held back for a possible stop string; its tokens were already
+            # counted, so it takes the provenance of the last one.
+            last_source = self.runs[-1][1] if self.runs else TARGET
+            self._append(event.tail, last_source)
+        return False
+
+    def _append(self, text: str, source: str) -> None:
+        if not text:
+            return
+        if self.runs and self.runs[-1][1] == source:
+            self.runs[-1][0] += text
+        else:
+            self.runs.append([text, source])
+
+    @property
+    def text(self) -> str:
+        if self.done is not None:
+            return self.done.text
+        return "".join(text for text, _ in self.runs)
+
+    @property
+    def tau(self) -> float:
+        """Tokens per target pass so far, defined like ``Stats.tau`` (the prefill's first
+        token counts in neither term)."""
+        passes = len(self.steps)
+        return (self.tokens - 1) / passes if passes and self.tokens else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def last_drafting_step(self) -> tuple[int, Step | None]:
+        """The latest step that drafted anything and its 1-based number: what the gauge
+        shows (a plain target step has nothing to accept)."""
+        for index in range(len(self.steps) - 1, -1, -1):
+            if self.steps[index].gamma > 0:
+                return index + 1, self.steps[index]
+        return 0, None

@@ -1,0 +1,196 @@
+"""The Gradio chat app: layout and event wiring. Behaviour lives in ``ui_handlers``.
+
+One loaded model pair serves every browser tab. Generations (chat and the baseline
+measurement) share one queue slot, so a second tab waits its turn and sees its place in
+the queue; Stop, Clear, the lenience slider and the colouring toggle bypass the queue so
+they act at once even while an answer streams.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from edgespec.api import EdgeSpec
+from edgespec.decoding.policy import DRAFTER_CHOICES
+from edgespec.ui.handlers import GAMMA_CHOICES, ChatHandlers, View, empty_gauge
+from edgespec.ui.session import Session
+from edgespec.ui.text import LENIENCE_NOTE, STEP_HEADERS, error_markdown, provenance_html, speedup_markdown
+
+ENGINE_QUEUE = "engine"  # the concurrency group of everything that runs the models
+DRAFTER_ORDER = ("auto", *(d for d in DRAFTER_CHOICES if d != "auto"))
+
+
+def build_app(lm: EdgeSpec | None, load_error: str | None = None) -> gr.Blocks:
+    """The chat app around ``lm``; with ``lm=None`` the app still starts and shows
+    ``load_error`` instead of answering."""
+    handlers = ChatHandlers(lm, load_error)
+    with gr.Blocks(title="edgespec chat", analytics_enabled=False) as demo:
+        session = gr.State(Session())
+        gr.Markdown(_header(lm))
+        if handlers.load_error:
+            gr.Markdown(
+                error_markdown(f"The model could not be loaded: {handlers.load_error}"), elem_id="load-error"
+            )
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                view = _chat_column()
+            with gr.Column(scale=2):
+                view.update(_metrics_column())
+        settings = _settings_panel()
+        _wire(demo, handlers, view, settings, session)
+    return demo
+
+
+def _header(lm: EdgeSpec | None) -> str:
+    if lm is None:
+        return "# edgespec chat"
+    draft = f"draft **{lm.draft.name}**" if lm.draft is not None else "no draft model"
+    return (
+        f"# edgespec chat\nTarget **{lm.target.name}**, {draft}, context {lm.target.n_ctx} tokens. "
+        "Every tab shares this one engine: answers take turns."
+    )
+
+
+def _chat_column() -> dict[str, Any]:
+    chatbot = gr.Chatbot(label="Chat", height=380, elem_id="chatbot", feedback_options=None)
+    error = gr.Markdown("", elem_id="error-box")
+    with gr.Row():
+        message = gr.Textbox(
+            placeholder="Ask something (Enter sends)", show_label=False, scale=6, elem_id="message", lines=1
+        )
+        send = gr.Button("Send", variant="primary", scale=1, min_width=70, elem_id="send")
+        stop = gr.Button("Stop", variant="stop", scale=1, min_width=70, elem_id="stop")
+        clear = gr.Button("Clear", scale=1, min_width=70, elem_id="clear")
+    colour = gr.Checkbox(value=True, label="Colour the answer by provenance", elem_id="colour-toggle")
+    provenance = gr.HTML(
+        provenance_html(None, True),
+        label="Latest answer by provenance",
+        show_label=True,
+        elem_id="provenance",
+        padding=True,
+        container=True,
+        js_on_load=None,  # a plain panel: no click events
+    )
+    return {
+        "chatbot": chatbot,
+        "error": error,
+        "message": message,
+        "send": send,
+        "stop": stop,
+        "clear": clear,
+        "colour": colour,
+        "provenance": provenance,
+    }
+
+
+def _metrics_column() -> dict[str, Any]:
+    gauge = gr.Plot(empty_gauge(), label="Accepted tokens", show_label=False, elem_id="gauge")
+    stats = gr.Markdown("", elem_id="stats")
+    with gr.Row():
+        measure = gr.Button("Measure baseline", size="sm", elem_id="measure", scale=0, min_width=150)
+        speedup = gr.Markdown(speedup_markdown(None, None), elem_id="speedup")
+    steps_plot = gr.Plot(label="Accepted tokens per step", show_label=False, elem_id="steps-plot")
+    steps_table = gr.Dataframe(
+        headers=STEP_HEADERS,
+        label="Drafter and γ of each step",
+        interactive=False,
+        max_height=220,
+        elem_id="steps-table",
+    )
+    return {
+        "gauge": gauge,
+        "stats": stats,
+        "measure": measure,
+        "speedup": speedup,
+        "steps_plot": steps_plot,
+        "steps_table": steps_table,
+    }
+
+
+def _settings_panel() -> dict[str, Any]:
+    with gr.Accordion("Settings", open=True):
+        with gr.Row():
+            drafter = gr.Radio(list(DRAFTER_ORDER), value="auto", label="drafter", elem_id="drafter")
+            gamma = gr.Dropdown(
+                list(GAMMA_CHOICES), value="auto", label="γ (tokens drafted per step)", elem_id="gamma"
+            )
+            verify = gr.Radio(["token", "block"], value="token", label="verification", elem_id="verify")
+            max_tokens = gr.Slider(1, 2048, value=256, step=1, label="max tokens", elem_id="max-tokens")
+        with gr.Row():
+            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature (0 = greedy)")
+            top_k = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")
+            top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="top-p (1 = off)")
+            min_p = gr.Slider(0.0, 1.0, value=0.0, step=0.01, label="min-p (0 = off)")
+            # A textbox, not gr.Number: an empty Number reads as 0, and "no seed" must stay possible.
+            seed = gr.Textbox("", placeholder="random", label="seed (empty = random)", elem_id="seed")
+        with gr.Row():
+            lenience = gr.Slider(
+                0.05, 1.0, value=1.0, step=0.05, label="lenience λ", scale=1, elem_id="lenience"
+            )
+            gr.Markdown(LENIENCE_NOTE, elem_id="lenience-note")
+    return {
+        "drafter": drafter,
+        "gamma": gamma,
+        "verify": verify,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+        "seed": seed,
+        "max_tokens": max_tokens,
+        "lenience": lenience,
+    }
+
+
+def _wire(
+    demo: gr.Blocks, handlers: ChatHandlers, view: dict[str, Any], settings: dict[str, Any], session: gr.State
+) -> None:
+    outputs = [view[name] for name in View.names()]
+    chat_inputs = [
+        view["message"],
+        *(settings[name] for name in ("drafter", "gamma", "verify", "temperature", "top_k", "top_p")),
+        *(settings[name] for name in ("min_p", "seed", "max_tokens", "lenience")),
+        view["colour"],
+        session,
+    ]
+    # Generations share one slot: a second tab queues. It is told so at once (announce,
+    # outside the queue), and Gradio's progress display shows its queue position.
+    engine = {"concurrency_limit": 1, "concurrency_id": ENGINE_QUEUE, "show_progress": "full"}
+    submitted = gr.on(
+        [view["message"].submit, view["send"].click],
+        handlers.announce,
+        [view["message"]],
+        [view["stats"]],
+        queue=False,
+        show_progress="hidden",
+        api_visibility="private",
+    )
+    submitted.then(
+        handlers.chat,
+        chat_inputs,
+        outputs,
+        api_name="chat",
+        show_progress_on=[view["chatbot"], view["gauge"]],
+        **engine,
+    )
+    view["measure"].click(
+        handlers.measure_baseline,
+        [session],
+        outputs,
+        api_name="measure_baseline",
+        show_progress_on=[view["speedup"]],
+        **engine,
+    )
+    # Not queued: these must act while a generation holds the engine's slot.
+    quick = {"queue": False, "show_progress": "hidden"}
+    view["stop"].click(handlers.stop, None, None, api_name="stop", **quick)
+    view["clear"].click(handlers.clear, [session], outputs, api_name="clear", **quick)
+    settings["lenience"].change(
+        handlers.set_lenience, [settings["lenience"], session], None, api_name="set_lenience", **quick
+    )
+    view["colour"].change(
+        handlers.recolour, [view["colour"], session], [view["provenance"]], api_name="recolour", **quick
+    )
+    demo.unload(handlers.unload)

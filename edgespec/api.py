@@ -34,6 +34,11 @@ from edgespec.runtime.model import LoadOptions, Model, init_backend
 DEFAULT = "default"
 
 
+# The longest draft verified in one pass: a long verbatim copy pays more the further it is
+# drafted (a pass over 64 tokens costs far less than 64 single passes even on a CPU).
+DEFAULT_MAX_GAMMA = 64
+
+
 @dataclass(frozen=True)
 class RuntimeOptions:
     n_ctx: int = 4096
@@ -41,7 +46,7 @@ class RuntimeOptions:
     n_gpu_layers_draft: int = -1
     threads: int | None = None
     rollback: str = "auto"
-    max_gamma: int = 32
+    max_gamma: int = DEFAULT_MAX_GAMMA
     verbose: bool = False
 
 
@@ -159,6 +164,8 @@ class EdgeSpec:
             tokens = self.prompt_tokens(prompt, chat=chat, system=system)
         with self.lock:
             yield from self.engine.stream(tokens, settings, policy)
+            if self._controller is not None:
+                self._controller.check_costs()
 
     def generate(self, prompt, settings: GenerationSettings | None = None, **kwargs) -> Done:
         done = None

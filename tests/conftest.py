@@ -40,7 +40,7 @@ def smol_path() -> Path:
 def pair() -> EdgeSpec:
     """The default target + draft, loaded once. Tests that need a cold cache call
     ``fresh(pair)`` first."""
-    lm = EdgeSpec(options=RuntimeOptions(n_ctx=2048, max_gamma=16))
+    lm = EdgeSpec(options=RuntimeOptions(n_ctx=2048, max_gamma=64))
     yield lm
     lm.close()
 

@@ -5,13 +5,22 @@ profile measured on a real small model."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from edgespec.api import EdgeSpec, RuntimeOptions
-from edgespec.decoding.controller import AcceptanceStats, AdaptivePolicy, expected_tokens
-from edgespec.decoding.costs import CostCurve, CostModel
+from edgespec.decoding.controller import AcceptanceStats, AdaptivePolicy, ControllerState, expected_tokens
+from edgespec.decoding.costs import (
+    CostCurve,
+    CostModel,
+    implausible,
+    load_or_measure,
+    profile_facts,
+    profile_path,
+)
 from edgespec.decoding.drafters import Draft, NgramDrafter
 from edgespec.decoding.policy import StepOutcome, StepView
 from edgespec.decoding.sampling import SamplingParams
@@ -80,8 +89,8 @@ CPU_TARGET = {1: 40, 2: 76, 5: 180, 9: 330, 17: 400}  # measured shape on a 2-co
 NOVEL = [101, 102, 103, 104, 105, 106, 107, 108]  # no repeats: nothing for n-grams
 
 
-def plan(policy: AdaptivePolicy, context: list[int], budget: int = 16):
-    return policy.plan(StepView(context, budget, GREEDY, drafters()))
+def plan(policy: AdaptivePolicy, context: list[int], budget: int = 16, helpers: dict | None = None):
+    return policy.plan(StepView(context, budget, GREEDY, helpers or drafters(), remaining=256))
 
 
 def test_expected_tokens():
@@ -174,6 +183,104 @@ def test_reacts_within_a_few_steps_when_text_turns_repetitive_and_back():
     assert chosen_per_step[-3:] == ["none"] * 3, chosen_per_step
 
 
+class FrozenCurve(CostCurve):
+    """A cost curve that never learns: a profile that is wrong and stays wrong, so that
+    only the controller's own check of what its steps realized can save it."""
+
+    def observe(self, k: int, seconds: float) -> None:
+        pass
+
+
+def frozen(target_ms: dict[int, float], draft_ms: float, k_max: int = 17) -> CostModel:
+    model = CostModel(target=FrozenCurve(k_max), draft=FrozenCurve(k_max), overhead=0.0)
+    for k, ms in target_ms.items():
+        model.target.set(k, ms / 1000)
+    model.draft.set(1, draft_ms / 1000)
+    return model
+
+
+def test_an_option_whose_steps_realize_less_than_plain_decoding_is_dropped_and_taken_back():
+    """The profile says verifying 17 tokens costs 48 ms (a GPU); the steps really take 2 s
+    each (it is wrong). Within a few steps the controller stops choosing n-grams; once
+    proposals judged for free are right again, it takes them back, and keeps them while
+    their steps realize what they should."""
+    flat = {1: 40, 2: 41, 5: 42, 9: 44, 17: 48}
+    stats = AcceptanceStats()
+    stats.lookup["ngram"].hits[:] = stats.lookup["ngram"].seen[:] = 50.0  # copies have held so far
+    policy = AdaptivePolicy(frozen(flat, draft_ms=2), ("ngram",), gamma_cap=16, stats=stats)
+    source = list(range(300, 400))
+    context = [*source, 1, *source[:4]]
+    at = 4  # the next source token the answer copies
+    chosen = []
+    for _ in range(8):
+        step = plan(policy, context)
+        chosen.append(step.drafter)
+        gamma = step.gamma if step.drafter != "none" else 0
+        new = source[at : at + gamma + 1]  # every draft is right: only the time is wrong
+        seconds = 2.0 if gamma else 0.04
+        policy.observe(StepOutcome(step.drafter, gamma, gamma, Draft(tokens=[]), seconds, 0.0, new))
+        context, at = context + new, at + len(new)
+    assert chosen[0] == "ngram"
+    assert "none" in chosen[:4], chosen  # the losing option is dropped within a few steps
+    assert chosen[-3:] == ["none"] * 3, chosen
+    # The evidence changes: its steps now take what the profile says. Proposals judged for
+    # free against the committed text confirm the copy holds, and n-grams come back.
+    chosen = []
+    for _ in range(12):
+        step = plan(policy, context)
+        chosen.append(step.drafter)
+        gamma = step.gamma if step.drafter != "none" else 0
+        new = source[at : at + gamma + 1]
+        policy.observe(StepOutcome(step.drafter, gamma, gamma, Draft(tokens=[]), 0.048, 0.0, new))
+        context, at = context + new, at + len(new)
+    assert chosen[-3:] == ["ngram"] * 3, chosen
+
+
+class CatchingUpDraft(FakeModelDrafter):
+    """The draft model's cache: the whole prompt behind before its first draft."""
+
+    def catch_up_cost_tokens(self, context):
+        return self.behind
+
+
+def test_the_draft_model_is_found_where_it_pays():
+    """Verification nearly flat and a cheap draft (the F16 stand-in for a GPU) with a prior
+    that says the draft barely pays, and 600 prompt tokens the draft has not seen: the
+    controller tries the model within the first steps, learns its real acceptance, and
+    keeps it."""
+    f16 = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}
+    stats = AcceptanceStats()  # prior: 60 % per token
+    policy = AdaptivePolicy(costs(f16, draft_ms=37), ("ngram", "model"), gamma_cap=16, stats=stats)
+    model = CatchingUpDraft(behind=600)
+    helpers = {"ngram": NgramDrafter(), "model": model}
+    chosen = []
+    for _ in range(10):
+        step = plan(policy, NOVEL, helpers=helpers)
+        chosen.append(step.drafter)
+        if step.drafter == "model":
+            model.behind = 1  # caught up
+            gamma = min(step.gamma, 4)
+            draft = Draft(tokens=[0] * gamma, confidences=[0.9] * gamma, seconds=0.037 * gamma)
+            policy.observe(StepOutcome("model", gamma, gamma, draft, 0.182, 0.0, [0] * (gamma + 1)))
+        else:
+            policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
+    assert "model" in chosen[:3], chosen
+    assert chosen[-4:] == ["model"] * 4, chosen
+
+
+def test_cpu_costs_keep_the_draft_model_untried():
+    """Where even its best case cannot pay (a steep CPU curve, a dear draft), exploring it
+    would only cost time: it is not tried."""
+    policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"), gamma_cap=16)
+    helpers = {"ngram": NgramDrafter(), "model": CatchingUpDraft(behind=600)}
+    chosen = []
+    for _ in range(30):
+        step = plan(policy, NOVEL, helpers=helpers)
+        chosen.append(step.drafter)
+        policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.04, 0.0, [0]))
+    assert set(chosen) == {"none"}, chosen
+
+
 def test_cost_curve_interpolates_and_learns():
     curve = CostCurve(33)
     assert np.isnan(curve.estimate(3))
@@ -203,28 +310,122 @@ def test_a_machine_that_slows_down_does_not_make_drafting_look_cheap():
 # -- the cost profile, measured on a real model -------------------------------------------
 
 
-def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_measured(
-    smol_path, tmp_path, monkeypatch
-):
+def quiet_machine() -> None:
+    """The busy probe for tests: other tests' processes must not make these flaky."""
+    return None
+
+
+@pytest.fixture()
+def smol(smol_path, tmp_path, monkeypatch):
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    small = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=3), quiet=True)
-    state = small.controller_state(quiet=True)
-    assert all(state.costs.target.measured(k) for k in range(1, 5))  # every verification size
-    path = state.costs.profile_path
-    assert path is not None and set(json.loads(path.read_text())["target"]) == {"1", "2", "3", "4"}
+    small = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=160, max_gamma=5), quiet=True)
+    yield small
     small.close()
 
-    # A second engine allowing a larger γ measures only what the profile lacks ...
-    larger = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=5), quiet=True)
+
+def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_measured(smol):
+    costs = load_or_measure(smol.target, None, 4, quiet=True, busy=quiet_machine)
+    assert all(costs.target.measured(k) for k in range(1, 5))  # every verification size
+    path = costs.profile_path
+    assert path is not None and set(json.loads(path.read_text())["target"]) == {"1", "2", "3", "4"}
+
+    # A larger γ measures only what the profile lacks ...
     stored = json.loads(path.read_text())["target"]
-    state = larger.controller_state(quiet=True)
-    assert state.costs.target.estimate(2) == pytest.approx(stored["2"])  # loaded, not re-measured
+    costs = load_or_measure(smol.target, None, 6, quiet=True, busy=quiet_machine)
+    assert costs.target.estimate(2) == pytest.approx(stored["2"])  # loaded, not re-measured
     assert set(json.loads(path.read_text())["target"]) == {str(k) for k in range(1, 7)}
-    larger.close()
 
     # ... and a smaller one neither re-measures nor forgets the larger sizes.
-    again = EdgeSpec(str(smol_path), None, RuntimeOptions(n_ctx=128, max_gamma=2), quiet=True)
     before = path.read_text()
-    again.controller_state(quiet=True)
+    load_or_measure(smol.target, None, 3, quiet=True, busy=quiet_machine)
     assert path.read_text() == before
-    again.close()
+
+
+def test_the_profile_is_keyed_by_machine_build_and_exact_files(smol):
+    facts = profile_facts(smol.target, None)
+    assert {"cpu", "cores", "llama.cpp", "target", "draft"} <= set(facts)
+    assert facts["cpu"] and facts["llama.cpp"].startswith(llama_cpp_version())
+    assert smol.target.name in profile_path(smol.target, None).name
+
+
+def llama_cpp_version() -> str:
+    import llama_cpp
+
+    return llama_cpp.__version__
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["corrupt", "implausible", "stale", "older version"],
+)
+def test_a_bad_profile_is_detected_and_measured_again(smol, damage, capsys):
+    costs = load_or_measure(smol.target, None, 4, quiet=True, busy=quiet_machine)
+    path = costs.profile_path
+    data = json.loads(path.read_text())
+    if damage == "corrupt":
+        path.write_text(path.read_text()[: len(path.read_text()) // 2])
+    elif damage == "implausible":
+        data["target"]["4"] = data["target"]["3"] / 10  # cost falling as tokens grow
+        path.write_text(json.dumps(data))
+    elif damage == "stale":
+        data["stale"] = True
+        path.write_text(json.dumps(data))
+    else:
+        data["version"] = 1
+        path.write_text(json.dumps(data))
+    costs = load_or_measure(smol.target, None, 4, busy=quiet_machine)
+    warning = [line for line in capsys.readouterr().err.splitlines() if "cost profile" in line]
+    assert len(warning) == 1 and "measuring again" in warning[0], warning
+    fresh = json.loads(path.read_text())
+    # Measured anew: plausible, or (on a machine too disturbed to measure) kept provisional,
+    # which makes the next load measure it again.
+    assert fresh["provisional"] or implausible({int(k): v for k, v in fresh["target"].items()}) is None
+    assert not fresh["stale"] and set(fresh["target"]) == {"1", "2", "3", "4"}
+
+
+def test_a_profile_measured_on_a_busy_machine_is_provisional(smol, capsys):
+    costs = load_or_measure(smol.target, None, 3, busy=lambda: 1.5)
+    assert costs.provisional and "busy" in capsys.readouterr().err
+    path = costs.profile_path
+    assert json.loads(path.read_text())["provisional"] is True
+    # Still busy at the next load: the provisional figures are kept, not re-measured.
+    before = path.read_text()
+    load_or_measure(smol.target, None, 3, quiet=True, busy=lambda: 1.5)
+    assert path.read_text() == before
+    # Quiet now: measured again, and no longer provisional.
+    load_or_measure(smol.target, None, 3, quiet=True, busy=quiet_machine)
+    assert json.loads(path.read_text())["provisional"] is False
+
+
+def test_costs_seen_online_that_disagree_with_the_shape_mark_the_profile_stale(smol):
+    state = ControllerState(load_or_measure(smol.target, None, 4, quiet=True, busy=quiet_machine), None)
+    curve = state.costs.target
+    one = curve.estimate(1)
+    assert state.check_costs() == []
+    for _ in range(12):  # 4-token passes keep costing 3× what the profile's shape says
+        curve.observe(1, one)
+        curve.observe(4, 3 * curve.estimate(4))
+    assert 4 in state.check_costs()
+    assert json.loads(state.costs.profile_path.read_text())["stale"] is True
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from edgespec.decoding.costs import write_atomically
+path, tag = Path(sys.argv[1]), sys.argv[2]
+for i in range(300):
+    write_atomically(path, '{"writer": "%s", "i": %d, "pad": "%s"}' % (tag, i, "x" * 20000))
+"""
+
+
+def test_two_processes_writing_a_profile_at_once_leave_a_valid_file(tmp_path):
+    path = tmp_path / "costs" / "profile.json"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag]) for tag in ("a", "b")]
+    seen = set()
+    while any(w.poll() is None for w in writers):
+        if path.exists():
+            seen.add(json.loads(path.read_text())["writer"])  # never half written
+    assert all(w.wait() == 0 for w in writers)
+    assert json.loads(path.read_text())["i"] == 299
+    assert not list(path.parent.glob("*.tmp")), "no temporary file may be left behind"

@@ -98,7 +98,9 @@ def test_greedy_speculation_equals_target_only(pair, drafter, gamma):
 COPYING_PROMPTS = [PROMPTS_BY_CATEGORY["code editing"], PROMPTS_BY_CATEGORY["summarization"]]
 
 
-@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 16), ("reflow", 16), ("auto", "auto")])
+@pytest.mark.parametrize(
+    ("drafter", "gamma"), [("ngram", 16), ("reflow", 16), ("copy", 16), ("copy", 48), ("auto", "auto")]
+)
 def test_greedy_lookup_drafts_on_copying_answers_equal_target_only(pair, drafter, gamma):
     for prompt in COPYING_PROMPTS:
         assert assert_greedy_exact(pair, prompt, drafter, gamma) >= COMPARED_TOKENS, prompt

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from edgespec.api import EdgeSpec, RuntimeOptions, settings_from
+from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions, settings_from
 from edgespec.decoding.engine import GenerationSettings
 from edgespec.decoding.events import Done, Token
 from edgespec.decoding.policy import DRAFTER_CHOICES
@@ -116,7 +116,7 @@ def check_decoding_args(args: argparse.Namespace) -> None:
 
 
 def load(args: argparse.Namespace) -> EdgeSpec:
-    max_gamma = args.gamma if isinstance(args.gamma, int) and args.gamma > 0 else 16
+    max_gamma = args.gamma if isinstance(args.gamma, int) and args.gamma > 0 else DEFAULT_MAX_GAMMA
     needs_draft = args.drafter in ("model", "auto") and args.draft not in ("", "none")
     options = RuntimeOptions(
         n_ctx=args.ctx,

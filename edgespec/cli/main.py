@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgespec.cli import bench, generate, models
+    from edgespec.cli import bench, costs, generate, models
 
     parser = _Parser(
         prog="edgespec",
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_parsers(subparsers)
     bench.add_parser(subparsers)
     models.add_parser(subparsers)
+    costs.add_parser(subparsers)
     return parser
 
 

@@ -19,7 +19,16 @@ yields E = 1 + p + p² + … + p^γ tokens (the accepted prefix plus the target'
 Statistics react within a few steps (exponential averages), and the lookup drafters'
 acceptance is also scored counterfactually at every step (did their proposals match what
 the target committed?), so the controller notices at once when text turns repetitive,
-and which of the two copies the way this answer does.
+and which of them copies the way this answer does.
+
+It also checks itself: predictions come from a model, so it keeps what the steps it took
+actually delivered (tokens and seconds per option, and of plain decoding), and stops
+choosing an option whose realized rate falls below plain decoding's. The option is
+banned for a while (longer each time), and a lookup drafter's ban ends early when its
+proposals, judged for free, turn out right again. The draft model, whose acceptance
+cannot be judged without drafting, is tried for a few steps early on wherever its best
+case could pay, and now and then afterwards, so a machine where it pays (a GPU, Apple
+Silicon) is found within a few steps.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgespec.decoding.costs import DRAFT_WARMUP, CostModel, profile_path, target_warmup_sizes, warm_up
+from edgespec.decoding.costs import CostModel, load_or_measure
 from edgespec.decoding.drafters import LookupDrafter, ModelDrafter
 from edgespec.decoding.policy import Plan, StepOutcome, StepView
 from edgespec.errors import EdgespecError
@@ -43,7 +52,7 @@ _BUCKETS = 10
 # Effective match lengths are pooled into roughly geometric buckets (1, 2, 3, 4-5, 6-8, …,
 # 41+): a copy's chance to go on changes fast over its first tokens and slowly after, and
 # a wide bucket gathers evidence in a few steps where one per length would stay empty.
-_LENGTH_EDGES = np.array([1, 2, 3, 4, 6, 9, 13, 19, 27, 41])
+_LENGTH_EDGES = np.array([1, 2, 3, 4, 6, 9, 13, 19, 27, 41, 61, 91])
 _LOOKUP_PRIOR = 0.3  # acceptance of a one-token match before any evidence
 _PSEUDO = 1.0  # pseudo-observations pulling a bucket toward the one below it
 _DECAY = 0.97  # per observation: a bucket remembers its last few dozen judgements
@@ -51,7 +60,15 @@ _CAUTION = 1.0  # standard deviations taken off thinly supported acceptance esti
 _EXPLORE_EVERY = 24  # steps between trials of a drafter that is not being chosen
 _OPEN_PROPOSALS = 8
 _MIN_GAIN = 1.08  # expected speed-up a drafting option needs over plain decoding
-LOOKUP_DRAFTERS = ("ngram", "reflow")  # draftless: proposals copied out of the context
+_REALIZED_DECAY = 0.85  # per step of an option: its realized rate follows the last ten or so
+_REALIZED_EVIDENCE = 2.5  # (decayed) steps of an option before its realized rate is trusted
+_REALIZED_MARGIN = 0.98  # an option realizing less than this share of plain decoding's rate loses
+_BAN_STEPS = 12  # steps a losing option is left out the first time; doubled at every new ban
+_MAX_BAN = 192
+_CONFIRMING_RUN = 8  # a banned lookup drafter whose proposal this long proves right is let back
+_EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
+_OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
+LOOKUP_DRAFTERS = ("ngram", "reflow", "copy")  # draftless: proposals copied out of the context
 AUTO_DRAFTERS = (*LOOKUP_DRAFTERS, "model")  # what auto chooses among
 
 
@@ -124,12 +141,54 @@ class AcceptanceStats:
     def model_acceptance(self, confidence: float) -> float:
         return float(self.model_by_confidence[min(int(confidence * _BUCKETS), _BUCKETS - 1)])
 
+    model_steps: int = 0  # steps the draft model has drafted for this pair
+
     def observe_model(self, confidences: list[float], accepted: int) -> None:
+        self.model_steps += 1
         for i, confidence in enumerate(confidences[: accepted + 1]):
             hit = i < accepted
             self.model = self._ema(self.model, hit, _FAST)
             b = min(int(confidence * _BUCKETS), _BUCKETS - 1)
             self.model_by_confidence[b] = self._ema(self.model_by_confidence[b], hit, _SLOW)
+
+
+class RealizedRates:
+    """What the steps taken actually delivered, per option ("none" for plain decoding):
+    decayed sums of tokens and of seconds (drafting, verifying and the Python around it)."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[str, float] = {}
+        self._seconds: dict[str, float] = {}
+        self._steps: dict[str, float] = {}
+        self._drafted: dict[str, float] = {}
+        self._accepted: dict[str, float] = {}
+
+    def observe(self, option: str, tokens: int, seconds: float, drafted: int = 0, accepted: int = 0) -> None:
+        if seconds <= 0:
+            return
+        d = _REALIZED_DECAY
+        for table, value in (
+            (self._tokens, tokens),
+            (self._seconds, seconds),
+            (self._steps, 1),
+            (self._drafted, drafted),
+            (self._accepted, accepted),
+        ):
+            table[option] = d * table.get(option, 0.0) + value
+
+    def acceptance(self, option: str) -> float:
+        drafted = self._drafted.get(option, 0.0)
+        return self._accepted.get(option, 0.0) / drafted if drafted > 0 else 0.0
+
+    def rate(self, option: str) -> float | None:
+        """Tokens per second, once there is enough evidence for it."""
+        if self._steps.get(option, 0.0) < _REALIZED_EVIDENCE:
+            return None
+        return self._tokens[option] / self._seconds[option]
+
+    def forget(self, option: str) -> None:
+        for table in (self._tokens, self._seconds, self._steps, self._drafted, self._accepted):
+            table.pop(option, None)
 
 
 @dataclass
@@ -175,6 +234,12 @@ class AdaptivePolicy:
         self._included_p = 1.0  # chance that every draft included so far is accepted
         self._catch_up_s = 0.0
         self._first_draft_s = 0.0
+        self.realized = RealizedRates()
+        self._banned: dict[str, int] = {}  # option -> first step it may be chosen again
+        self._strikes: dict[str, int] = {}
+        # Banned because its drafts failed (not because its steps cost more than priced):
+        # then proposals judged right again are the new evidence that lifts the ban.
+        self._failed_drafts: set[str] = set()
 
     # -- construction -------------------------------------------------------------------
 
@@ -248,6 +313,12 @@ class AdaptivePolicy:
             first = self.costs.draft.estimate(catch_up)
             self._catch_up_s = first
             per_draft = self.costs.draft.estimate(1)
+            if catch_up > 4:
+                # The draft's first catch-up is its prompt prefill, paid once per answer:
+                # priced by the share of the remaining answer one step would produce, it
+                # does not hide for good a draft model that pays on every later step.
+                steps_left = max(view.remaining / max(1.0, expected_tokens(np.full(4, 0.6))[-1]), 1.0)
+                first = per_draft + (first - per_draft) / steps_left
             options.append(self._best("model", np.full(cap, self.stats.model), first, per_draft))
         return options
 
@@ -257,17 +328,20 @@ class AdaptivePolicy:
         if self.fixed_gamma == 0 or not self.allowed:
             options = options[:1]
         # Drafting must beat plain decoding clearly: its estimates are noisy, and a wrong
-        # bet on a steep CPU cost curve loses more than a right one wins.
+        # bet on a steep CPU cost curve loses more than a right one wins. An option whose
+        # steps realized less than plain decoding is left out while its ban lasts.
         plain = options[0]
-        drafting = [c for c in options[1:] if c.rate > plain.rate * _MIN_GAIN]
+        drafting = [c for c in options[1:] if c.rate > plain.rate * _MIN_GAIN and not self.banned(c.drafter)]
         best = max(drafting, key=lambda c: c.rate) if drafting else plain
-        # A drafter that is never chosen is never measured: try it now and then while its
-        # best case (near-perfect acceptance) could still beat the current choice.
+        # A drafter that is never chosen is never measured: try the draft model early for
+        # a few steps, and now and then later, while its best case could beat the choice.
         for option in options:
             name = option.drafter
-            if name != "model" or name == best.drafter:
+            if name != "model" or name == best.drafter or self.banned(name):
                 continue  # lookup proposals are judged for free at every step anyway
-            if self._steps - self._last_used.get(name, 0) >= _EXPLORE_EVERY and self._could_win(option, best):
+            early = self.stats.model_steps < _EARLY_TRIALS and self._steps >= 2
+            due = self._steps - self._last_used.get(name, 0) >= _EXPLORE_EVERY
+            if (early or due) and self._could_win(option, best):
                 best = Choice(
                     name, max(1, min(option.gamma, 4)), option.rate, option.expected, option.seconds
                 )
@@ -281,8 +355,44 @@ class AdaptivePolicy:
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
 
     def _could_win(self, option: Choice, best: Choice) -> bool:
-        optimistic = expected_tokens(np.full(max(option.gamma, 1), 0.95))[-1] / option.seconds
+        """Would the draft model beat ``best`` at near-perfect acceptance, at γ = 4?"""
+        gamma = max(1, min(option.gamma or 4, 4))
+        seconds = option.seconds
+        if option.gamma != gamma:
+            per_draft = self.costs.draft.estimate(1)
+            seconds += self.costs.target.estimate(gamma + 1) - self.costs.target.estimate(option.gamma + 1)
+            seconds += per_draft * (gamma - option.gamma)
+        optimistic = expected_tokens(np.full(gamma, _OPTIMISTIC))[-1] / max(seconds, 1e-9)
         return optimistic > best.rate
+
+    def banned(self, option: str) -> bool:
+        until = self._banned.get(option)
+        if until is None:
+            return False
+        if self._steps >= until:
+            del self._banned[option]  # served: its next steps are fresh evidence
+            return False
+        return True
+
+    def _check_realized(self, option: str) -> None:
+        """Ban ``option`` if what its steps delivered fell below plain decoding's rate."""
+        if option == "none" or option in self._banned:
+            return
+        realized = self.realized.rate(option)
+        if realized is None:
+            return
+        plain = self.realized.rate("none")
+        if plain is None:
+            plain = 1.0 / (self.costs.target.estimate(1) + self.costs.overhead)
+        if realized < plain * _REALIZED_MARGIN:
+            strikes = self._strikes.get(option, 0)
+            self._banned[option] = self._steps + min(_BAN_STEPS * 2**strikes, _MAX_BAN)
+            self._strikes[option] = strikes + 1
+            if self.realized.acceptance(option) < 0.8:
+                self._failed_drafts.add(option)
+            else:
+                self._failed_drafts.discard(option)
+            self.realized.forget(option)
 
     def _keep_going(self, i: int, confidence: float) -> bool:
         """Draft token i (0-based) has confidence ``confidence``: include it? Token 0 always
@@ -304,6 +414,9 @@ class AdaptivePolicy:
 
     def observe(self, outcome: StepOutcome) -> None:
         costs = self.costs
+        step_s = outcome.draft.seconds + outcome.verify_s + outcome.overhead_s
+        self.realized.observe(outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted)
+        self._check_realized(outcome.drafter)
         costs.observe_overhead(outcome.overhead_s)
         costs.target.observe(outcome.gamma + 1, outcome.verify_s)
         for k, seconds in outcome.draft.decodes:
@@ -322,6 +435,14 @@ class AdaptivePolicy:
                 hit = proposal.tokens[proposal.judged] == token
                 self.stats.lookup[proposal.drafter].observe(proposal.match_len + proposal.judged, hit)
                 proposal.judged += 1
+                name = proposal.drafter
+                if (
+                    hit
+                    and proposal.judged == _CONFIRMING_RUN
+                    and name in self._banned
+                    and name in self._failed_drafts
+                ):
+                    del self._banned[name]  # new evidence: it copies right again
                 if not hit or proposal.judged == len(proposal.tokens):
                     self._open.remove(proposal)
 
@@ -339,26 +460,26 @@ class ControllerState:
     def prepare(
         cls, target: Model, draft: Model | None, k_max: int, *, quiet: bool = False
     ) -> ControllerState:
-        """Costs come from the profile kept on disk for this pair, machine and placement;
-        whatever it lacks is measured now (with a progress bar unless ``quiet``) and
-        added to it."""
-        costs = CostModel.empty(k_max)
-        costs.profile_path = profile_path(target, draft)
-        costs.load()
-        known = (costs.target.to_json(), costs.draft.to_json())
-        warm_up(target, costs.target, target_warmup_sizes(costs.target.k_max), all_logits=True, quiet=quiet)
-        if draft is not None:
-            warm_up(draft, costs.draft, DRAFT_WARMUP, all_logits=False, quiet=quiet)
-        if (costs.target.to_json(), costs.draft.to_json()) != known:
-            costs.save()
-        return cls(costs=costs, stats=AcceptanceStats())
+        """Costs from the profile kept on disk for this pair and machine when it can be
+        trusted, else measured now (a progress bar unless ``quiet``)."""
+        return cls(costs=load_or_measure(target, draft, k_max, quiet=quiet), stats=AcceptanceStats())
+
+    def check_costs(self) -> list[int]:
+        """Sizes whose costs seen while generating disagree with the profile's shape; the
+        profile is then marked so that the next load measures it again."""
+        sizes = self.costs.target.disagrees()
+        if sizes:
+            self.costs.mark_stale()
+        return sizes
 
 
 def describe(costs: CostModel) -> str:
     """One line of what was measured, for --verbose and the bench header."""
     t = costs.target
     points = [
-        f"T({k})={1000 * t.estimate(k):.0f}ms" for k in (1, 2, 5, 9, 17) if not math.isnan(t.estimate(k))
+        f"T({k})={1000 * t.estimate(k):.0f}ms"
+        for k in (1, 2, 5, 9, 17, 33, 65)
+        if k <= t.k_max and not math.isnan(t.estimate(k))
     ]
     d = costs.draft.estimate(1)
     return " ".join(points) + (f" draft={1000 * d:.0f}ms/token" if not math.isnan(d) else "")

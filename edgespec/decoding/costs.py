@@ -1,22 +1,34 @@
-"""What speculation costs on this machine, measured: the online cost model.
+"""What speculation costs on this machine, measured: the cost model and its profile.
 
 * ``target``: seconds of one target pass as a function of the tokens it verifies
-  (k = γ + 1). On a CPU the curve is steep (k tokens cost nearly k times one token);
-  on a GPU it is nearly flat. It is measured, never assumed.
+  (k = γ + 1). On a CPU the curve is steep (k tokens cost several times one token); on a
+  GPU it is nearly flat. It is measured, never assumed.
 * ``draft``: seconds of one draft-model decode as a function of its batch size (1 while
   drafting; more when the draft's cache catches up with the committed text).
 * ``overhead``: seconds of Python work per step outside llama.cpp.
 
-A warm-up measures every batch size once; every step then updates the points it used
-(exponential averages, so the model follows a machine whose speed drifts). Profiles are
-kept on disk per model, device and thread count, so the next load starts warm.
+The profile on disk is keyed by everything that changes these figures: the CPU model, the
+thread count, the llama.cpp build, the exact model files and where their layers run. It
+is measured robustly (sizes interleaved over rounds so a slow second hits every size
+alike, the fastest of the rounds, a plausibility check that re-measures a curve that falls
+as tokens grow, a note when the machine was busy), written atomically, and re-measured
+when it is corrupt, implausible, provisional (measured on a busy machine) or when what
+the engine sees online disagrees with its shape.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import itertools
 import json
 import math
+import os
+import platform
+import sys
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +38,14 @@ from edgespec.models import store
 from edgespec.progress import count_bar
 from edgespec.runtime.model import Model
 
+PROFILE_VERSION = 2
 _EMA = 0.3  # weight of a new measurement
 _LEVEL_SHARE = 0.3  # of a multi-token pass's surprise, the part blamed on the machine's speed
+_DRIFT_EMA = 0.15  # weight of one observation in a size's running disagreement with the profile
+_DRIFT_LIMIT = math.log(1.35)  # a size whose cost is 35 % off the profile's shape disagrees
+_DRIFT_EVIDENCE = 8  # observations of a size before its disagreement counts
+_ROUNDS = 3  # measurements of every size; the fastest is kept
+_BUSY_CORES = 0.5  # CPU taken by other processes above which a measurement is provisional
 
 
 class CostCurve:
@@ -39,13 +57,17 @@ class CostCurve:
     slows down while only single-token passes are observed would price one token above five
     (stale) ones, and the controller would start drafting exactly when it can least afford
     to. So a single-token observation moves only the level, and a larger one mostly its own
-    point and a little of the level."""
+    point and a little of the level. Each size also keeps a running disagreement with the
+    shape it started from: ``disagrees()`` says when the profile no longer fits."""
 
     def __init__(self, k_max: int):
         self.k_max = k_max
         self.shape = np.full(k_max + 1, np.nan)
         self.level = 1.0
         self._table: np.ndarray | None = None  # estimates for every k, rebuilt after a change
+        self._drift = np.zeros(k_max + 1)  # EMA of log(observed / profile) relative to size 1
+        self._seen = np.zeros(k_max + 1, dtype=int)
+        self._baseline: np.ndarray | None = None  # the shape as loaded or measured
 
     def observe(self, k: int, seconds: float) -> None:
         if not 1 <= k <= self.k_max or not seconds > 0:
@@ -57,7 +79,28 @@ class CostCurve:
             to_level = 1.0 if k == 1 else _LEVEL_SHARE
             self.level *= ratio ** (_EMA * to_level)
             self.shape[k] *= ratio ** (_EMA * (1 - to_level))
+            self._track_drift(k, seconds)
         self._table = None
+
+    def _track_drift(self, k: int, seconds: float) -> None:
+        base = self._baseline
+        if base is None or math.isnan(base[k]) or math.isnan(base[1]):
+            return
+        # Disagreement in shape, not level: compared with what size 1 costs right now.
+        expected = self.level * self.shape[1] * base[k] / base[1]
+        self._drift[k] = (1 - _DRIFT_EMA) * self._drift[k] + _DRIFT_EMA * math.log(seconds / expected)
+        self._seen[k] += 1
+
+    def disagrees(self) -> list[int]:
+        """Sizes whose observed cost has stayed far from the profile's shape."""
+        ks = np.flatnonzero((self._seen >= _DRIFT_EVIDENCE) & (np.abs(self._drift) > _DRIFT_LIMIT))
+        return [int(k) for k in ks if k >= 2]
+
+    def freeze_baseline(self) -> None:
+        """The current shape is the profile's: online observations are compared with it."""
+        self._baseline = self.shape.copy()
+        self._drift[:] = 0.0
+        self._seen[:] = 0
 
     def measured(self, k: int) -> bool:
         return 1 <= k <= self.k_max and not math.isnan(self.shape[k])
@@ -103,9 +146,25 @@ class CostCurve:
 
     def load_json(self, data: dict[str, float]) -> None:
         for k, s in data.items():
-            if 1 <= int(k) <= self.k_max:
-                self.shape[int(k)] = s / self.level
+            if 1 <= int(k) <= self.k_max and float(s) > 0:
+                self.shape[int(k)] = float(s) / self.level
         self._table = None
+
+
+def implausible(points: dict[int, float]) -> str | None:
+    """Why a measured target curve cannot be right, or None. A pass over more tokens never
+    costs much less than one over fewer (kernels change at some sizes, so a dip of a few
+    percent is real; a fall by a quarter is a disturbed measurement), and two tokens never
+    cost more than 2.5 single tokens."""
+    ks = sorted(points)
+    if not ks or any(not math.isfinite(points[k]) or points[k] <= 0 for k in ks):
+        return "a cost that is not a positive number"
+    for a, b in itertools.pairwise(ks):
+        if points[b] < 0.75 * points[a]:
+            return f"{b} tokens priced at {points[b] / points[a]:.2f}× of {a} tokens"
+    if 1 in points and 2 in points and points[2] > 2.5 * points[1]:
+        return f"2 tokens priced at {points[2] / points[1]:.1f}× one token"
+    return None
 
 
 @dataclass
@@ -115,6 +174,8 @@ class CostModel:
     overhead: float = 0.002
     profile_path: Path | None = None
     measured_at: float = field(default_factory=time.time)
+    provisional: bool = False  # measured on a busy machine: re-measured at the next load
+    facts: dict[str, str] = field(default_factory=dict)  # what the profile is keyed by
 
     @classmethod
     def empty(cls, k_max: int) -> CostModel:
@@ -126,86 +187,301 @@ class CostModel:
 
     # -- persistence --------------------------------------------------------------------
 
-    def save(self) -> None:
-        """Write the measured points, keeping those of the profile on disk that this model
-        does not cover (an engine allowing a larger γ measured them)."""
+    def save(self, *, merge: bool = True) -> None:
+        """Write the measured points atomically, keeping (with ``merge``) those of the
+        profile on disk that this model does not cover (an engine allowing a larger γ
+        measured them). Two processes saving at once each replace the file whole: the last
+        one wins, and the file is never half written."""
         if self.profile_path is None:
             return
-        data = self._read() or {}
-        target, draft = data.get("target", {}), data.get("draft", {})
+        data = (read_profile(self.profile_path) if merge else None) or {}
+        if data.get("version") != PROFILE_VERSION:
+            data = {}
+        target, draft = dict(data.get("target", {})), dict(data.get("draft", {}))
         target.update(self.target.to_json())
         draft.update(self.draft.to_json())
-        self.profile_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.profile_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"target": target, "draft": draft, "overhead": self.overhead}))
-        tmp.replace(self.profile_path)
+        record = {
+            "version": PROFILE_VERSION,
+            "facts": self.facts,
+            "measured_at": self.measured_at,
+            "provisional": self.provisional,
+            "stale": False,
+            "target": target,
+            "draft": draft,
+            "overhead": self.overhead,
+        }
+        write_atomically(self.profile_path, json.dumps(record, indent=1))
 
-    def _read(self) -> dict | None:
+    def load(self) -> str | None:
+        """Load the profile on disk; the reason it cannot be used, or None when it was
+        loaded (a missing file is "missing")."""
         if self.profile_path is None or not self.profile_path.is_file():
-            return None
+            return "missing"
+        data = read_profile(self.profile_path)
+        if data is None or data.get("version") != PROFILE_VERSION:
+            return "unreadable or from an older version"
         try:
-            data = json.loads(self.profile_path.read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def load(self) -> bool:
-        data = self._read()
-        if data is None:
-            return False
-        try:
+            target = {int(k): float(v) for k, v in data["target"].items()}
             self.target.load_json(data["target"])
             self.draft.load_json(data["draft"])
             self.overhead = float(data.get("overhead", self.overhead))
+            self.measured_at = float(data.get("measured_at", 0.0))
         except (ValueError, KeyError, TypeError, AttributeError):
-            return False
-        return True
+            return "corrupt"
+        if data.get("stale"):
+            return "marked stale: costs seen while generating disagreed with it"
+        if data.get("provisional"):
+            return "measured while the machine was busy"
+        reason = implausible(target)
+        if reason:
+            return f"implausible ({reason})"
+        self.target.freeze_baseline()
+        return None
+
+    def mark_stale(self) -> None:
+        """Costs seen online disagree with the profile: the next load re-measures it."""
+        if self.profile_path is None:
+            return
+        data = read_profile(self.profile_path)
+        if data is not None and not data.get("stale"):
+            data["stale"] = True
+            write_atomically(self.profile_path, json.dumps(data, indent=1))
+
+
+def read_profile(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """A unique temporary file in the same directory, then a rename: readers see the old
+    file or the new one, never a mixture, whatever else writes at the same time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# -- what a profile is keyed by ------------------------------------------------------------
+
+
+def build_fingerprint() -> str:
+    """The llama.cpp build: its version and what it was compiled with."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info() or b""
+    return f"{llama_cpp.__version__} {hashlib.sha256(bytes(info)).hexdigest()[:12]}"
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the OS reports it (the figures change from one to another)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        with contextlib.suppress(Exception):
+            import subprocess
+
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
+            )
+            if out.stdout.strip():
+                return out.stdout.strip()
+    return platform.processor() or platform.machine()
+
+
+def file_identity(path: Path) -> str:
+    """The exact file: its verified sha256 where the cache has one, else size and mtime."""
+    stamp = store.read_stamp(path)
+    if stamp is not None and stamp.matches(path):
+        return stamp.sha256[:16]
+    stat = path.stat()
+    return f"{stat.st_size}-{stat.st_mtime_ns}"
+
+
+def describe_model(name: str, path: Path, n_gpu_layers: int, n_threads: int | None) -> str:
+    """One model's part of a profile's key: which file, where its layers run, how many threads."""
+    return f"{name} {file_identity(path)} ngl={n_gpu_layers} threads={n_threads or 'all'}"
+
+
+def profile_facts_for(target: str, draft: str | None) -> dict[str, str]:
+    """What a profile is keyed by, from the models' descriptions (``describe_model``)."""
+    return {
+        "cpu": cpu_model(),
+        "cores": str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
+        "llama.cpp": build_fingerprint(),
+        "target": target,
+        "draft": draft or "none",
+    }
+
+
+def profile_facts(target: Model, draft: Model | None) -> dict[str, str]:
+    def about(m: Model) -> str:
+        return describe_model(m.name, m.path, m.options.n_gpu_layers, m.options.n_threads)
+
+    return profile_facts_for(about(target), about(draft) if draft is not None else None)
+
+
+def profile_path_for(facts: dict[str, str], target_name: str, draft_name: str | None) -> Path:
+    key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
+    name = target_name + (f"__{draft_name}" if draft_name else "")
+    return store.home() / "costs" / f"{name}-{key}.json"
 
 
 def profile_path(target: Model, draft: Model | None) -> Path:
-    """One profile per model pair, device placement and thread count."""
+    """One profile per model pair, machine, llama.cpp build, placement and thread count."""
+    return profile_path_for(profile_facts(target, draft), target.name, draft.name if draft else None)
 
-    def tag(m: Model) -> str:
-        return f"{m.name}-{m.path.stat().st_size}-ngl{m.options.n_gpu_layers}-t{m.options.n_threads or 'all'}"
 
-    name = tag(target) + (f"__{tag(draft)}" if draft else "")
-    return store.home() / "costs" / f"{name}.json"
-
+# -- measuring -----------------------------------------------------------------------------
 
 # The draft model decodes one token per call while drafting, and a few when it catches up.
 DRAFT_WARMUP = (1, 2, 4)
 
 
 def target_warmup_sizes(k_max: int) -> tuple[int, ...]:
-    """Every verification size is measured: on a CPU the curve is not smooth (llama.cpp's
-    kernels change at some batch sizes, so 16 tokens can cost less than 15, and 33 far more
-    than 32), and a price interpolated across such a step would pick exactly the wrong γ.
-    The profile is kept on disk, so this costs seconds once per machine and model."""
-    return tuple(range(1, k_max + 1))
+    """Every verification size up to 17 is measured: on a CPU the curve is not smooth
+    (llama.cpp's kernels change at some batch sizes, so 16 tokens can cost less than 15),
+    and a price interpolated across such a step would pick exactly the wrong γ. Beyond, long
+    copies are drafted in long blocks whose cost grows smoothly: every fourth size, then
+    every eighth, interpolated between."""
+    sizes = [*range(1, 18), *range(20, 33, 4), *range(40, 65, 8), 65]
+    return tuple(k for k in sizes if k <= k_max) + ((k_max,) if k_max not in sizes else ())
+
+
+def machine_busy(window_s: float = 0.3) -> float | None:
+    """Cores' worth of CPU that other processes used over a short window, when it is
+    enough to disturb timings (None when quiet or unknown). The load average would count
+    this process's own work and lag by a minute; the kernel's counters of all CPU time
+    minus this process's own do not."""
+
+    def sample() -> tuple[float, float, float]:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        ticks = [float(x) for x in fields]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)
+        own = os.times()
+        return sum(ticks) - idle, sum(ticks), (own.user + own.system) * os.sysconf("SC_CLK_TCK")
+
+    try:
+        busy0, total0, own0 = sample()
+        time.sleep(window_s)
+        busy1, total1, own1 = sample()
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if total1 <= total0:
+        return None
+    others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (total1 - total0) * cores
+    return others if others > _BUSY_CORES else None
 
 
 def warm_up(
     model: Model, curve: CostCurve, sizes: tuple[int, ...], *, all_logits: bool, quiet: bool = False
 ) -> None:
-    """Time decodes of the batch sizes not yet measured on an empty cache, then empty it.
-    Verification asks logits for every position; drafting only for the last."""
+    """Time decodes of the batch sizes not yet measured on an almost empty cache, then
+    empty it. Verification asks logits for every position; drafting only for the last.
+    Sizes are measured in rounds (each round visits every size), and each keeps the fastest
+    of its rounds: another process can only ever slow a pass down, and a disturbance hits one
+    round of every size, not every round of one."""
     sizes = tuple(
         k for k in sizes if k <= min(curve.k_max, model.options.max_outputs) and not curve.measured(k)
     )
     if not sizes:
         return
-    filler = model.tokenize(" the quick brown fox jumps over the lazy dog" * 8, add_special=False)
+    filler = model.tokenize(" the quick brown fox jumps over the lazy dog" * 12, add_special=False)
     model.reset()
     model.decode(filler[:8], 1)  # first use allocates llama.cpp's buffers: not a cost to learn
-    bar = None if quiet else count_bar(f"measuring {model.name} on this machine", len(sizes))
-    for k in sizes:
-        model.reset()
-        model.decode(filler[:4], 0)  # a short context, as in a real step
-        start = time.perf_counter()
-        model.decode(filler[4 : 4 + k], k if all_logits else 1)
-        curve.set(k, time.perf_counter() - start)
-        if bar is not None:
-            bar.update()
+    samples: dict[int, list[float]] = {k: [] for k in sizes}
+    bar = None if quiet else count_bar(f"measuring {model.name} on this machine", len(sizes) * _ROUNDS)
+    for _ in range(_ROUNDS):
+        for k in sizes:
+            samples[k].append(_time_decode(model, filler, k, all_logits))
+            if bar is not None:
+                bar.update()
     if bar is not None:
         bar.close()
+    for k in sizes:
+        curve.set(k, float(min(samples[k])))
     model.reset()
+
+
+def _time_decode(model: Model, filler: list[int], k: int, all_logits: bool) -> float:
+    model.reset()
+    model.decode(filler[:4], 0)  # a short context, as in a real step
+    start = time.perf_counter()
+    model.decode(filler[4 : 4 + k], k if all_logits else 1)
+    return time.perf_counter() - start
+
+
+def load_or_measure(
+    target: Model,
+    draft: Model | None,
+    k_max: int,
+    *,
+    quiet: bool = False,
+    force: bool = False,
+    busy: Callable[[], float | None] = machine_busy,
+) -> CostModel:
+    """The cost model of this pair on this machine: the profile on disk when it is
+    trustworthy, else measured now (with a progress bar unless ``quiet``) and saved. What a
+    loaded profile lacks (a larger γ than it covers) is measured and added. ``busy`` says
+    how many cores other processes keep busy (None when quiet)."""
+    costs = CostModel.empty(k_max)
+    costs.profile_path = profile_path(target, draft)
+    costs.facts = profile_facts(target, draft)
+    problem = "re-measure requested" if force else costs.load()
+    others = busy() if problem is not None else None
+    if problem == "measured while the machine was busy" and others is not None:
+        problem = None  # still busy: keep the provisional figures rather than worse ones
+        costs.provisional = True
+        costs.target.freeze_baseline()
+    if problem is not None:
+        if problem != "missing" and not quiet:
+            note = f"edgespec: cost profile {costs.profile_path.name}: {problem}; measuring again"
+            print(note, file=sys.stderr)
+        costs = CostModel.empty(k_max)
+        costs.profile_path = profile_path(target, draft)
+        costs.facts = profile_facts(target, draft)
+    known = (costs.target.to_json(), costs.draft.to_json())
+    sizes = target_warmup_sizes(k_max)
+    for attempt in range(2):
+        warm_up(target, costs.target, sizes, all_logits=True, quiet=quiet)
+        reason = implausible({k: costs.target.estimate(k) for k in sizes if costs.target.measured(k)})
+        if reason is None:
+            break
+        if attempt == 0:
+            if not quiet:
+                note = f"edgespec: cost measurement looks disturbed ({reason}); measuring again"
+                print(note, file=sys.stderr)
+            costs.target = CostCurve(k_max)
+        else:
+            costs.provisional = True  # kept for now; re-measured at the next load
+    if draft is not None:
+        warm_up(draft, costs.draft, DRAFT_WARMUP, all_logits=False, quiet=quiet)
+    if (costs.target.to_json(), costs.draft.to_json()) != known:
+        if others is None and problem is None:
+            others = busy()  # only sizes a loaded profile lacked were measured
+        if others is not None:
+            costs.provisional = True
+            if not quiet:
+                print(
+                    f"edgespec: other processes kept {others:.1f} CPU cores busy while costs were measured; "
+                    "they will be measured again when the machine is quiet",
+                    file=sys.stderr,
+                )
+        costs.measured_at = time.time()
+        costs.save(merge=problem is None or problem == "missing")
+    costs.target.freeze_baseline()
+    return costs

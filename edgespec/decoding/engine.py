@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgespec.decoding import acceptance
-from edgespec.decoding.drafters import Draft, Drafter, DraftRequest, ModelDrafter, NgramDrafter, ReflowDrafter
+from edgespec.decoding.drafters import (
+    CopyDrafter,
+    Draft,
+    Drafter,
+    DraftRequest,
+    ModelDrafter,
+    NgramDrafter,
+    ReflowDrafter,
+)
 from edgespec.decoding.events import BONUS, DRAFT, TARGET, Done, Event, Stats, Step, Token
 from edgespec.decoding.policy import FixedPolicy, Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.sampling import SamplingParams, probabilities, sample
@@ -61,7 +69,11 @@ class Engine:
 
     def __init__(self, target: Model, draft: Model | None = None):
         self.target = target
-        self.drafters: dict[str, Drafter] = {"ngram": NgramDrafter(), "reflow": ReflowDrafter(target)}
+        self.drafters: dict[str, Drafter] = {
+            "ngram": NgramDrafter(),
+            "reflow": ReflowDrafter(target),
+            "copy": CopyDrafter(),
+        }
         if draft is not None:
             self.drafters["model"] = ModelDrafter(draft, target.n_vocab)
         self.cancel = threading.Event()
@@ -127,7 +139,8 @@ class Engine:
                 break
             budget = min(room, settings.max_tokens - len(generated) - 1, self.max_gamma)
             step_started = time.perf_counter()
-            plan = policy.plan(StepView(committed, max(budget, 0), params, self.drafters))
+            remaining = settings.max_tokens - len(generated)
+            plan = policy.plan(StepView(committed, max(budget, 0), params, self.drafters, remaining))
             try:
                 step_tokens, sources, step, draft = self._step(committed, plan, settings, rng)
             except DecodeAborted:

@@ -18,13 +18,13 @@ from edgespec.decoding.drafters import Draft, Drafter
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError
 
-FIXED_DRAFTERS = ("model", "ngram", "reflow", "none")
+FIXED_DRAFTERS = ("model", "ngram", "reflow", "copy", "none")
 DRAFTER_CHOICES = (*FIXED_DRAFTERS, "auto")
 
 
 @dataclass(frozen=True)
 class Plan:
-    drafter: str  # "model", "ngram", "reflow" or "none"
+    drafter: str  # a drafter's name ("model", "ngram", "reflow", "copy") or "none"
     gamma: int  # most tokens to draft (0 = plain decoding)
     keep_going: Callable[[int, float], bool] | None = None  # early stop, see DraftRequest
     reason: str = ""
@@ -39,6 +39,7 @@ class StepView:
     budget: int  # most tokens the step may draft (context room, max tokens, largest batch)
     params: SamplingParams
     drafters: Mapping[str, Drafter]  # the drafters loaded, by name
+    remaining: int = 0  # answer tokens still allowed (max tokens less those generated)
 
 
 @dataclass(frozen=True)

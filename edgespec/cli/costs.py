@@ -1,0 +1,136 @@
+"""``edgespec costs show | measure``: the cost profiles the controller prices steps with.
+
+``show`` lists every profile in the cache, marks the one the given pair would use on this
+machine, and prints its curve; it loads no model. ``measure`` loads the pair and measures
+its profile again, replacing what was there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+
+from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
+from edgespec.decoding.costs import (
+    CostCurve,
+    describe_model,
+    implausible,
+    load_or_measure,
+    profile_facts_for,
+    profile_path_for,
+    read_profile,
+)
+from edgespec.errors import EdgespecError
+from edgespec.models import catalog, store
+from edgespec.models.resolve import resolve
+
+_SHOWN_SIZES = (1, 2, 3, 4, 5, 8, 9, 16, 17, 24, 32, 33, 48, 64, 65)
+
+
+def add_parser(subparsers) -> None:
+    costs = subparsers.add_parser("costs", help="show or re-measure what decoding costs on this machine")
+    actions = costs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in (("show", "every cost profile, and the one in use"), ("measure", "measure it again")):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("--target", default="default", help="catalog name or GGUF path")
+        action.add_argument("--draft", default="default", help="catalog name, GGUF path, or 'none'")
+        action.add_argument("--n-gpu-layers", type=int, default=-1)
+        action.add_argument("--n-gpu-layers-draft", type=int, default=-1)
+        action.add_argument("--threads", type=int, default=None)
+    costs.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return show(args) if args.action == "show" else measure(args)
+
+
+def _names(args: argparse.Namespace) -> tuple[str, str | None]:
+    target = catalog.default_name("target") if args.target == "default" else args.target
+    draft = None if args.draft in ("", "none") else args.draft
+    if draft == "default":
+        draft = catalog.default_name("draft")
+    return target, draft
+
+
+def show(args: argparse.Namespace) -> int:
+    target_arg, draft_arg = _names(args)
+    target = resolve(target_arg, download=False)
+    draft = resolve(draft_arg, download=False) if draft_arg else None
+    facts = profile_facts_for(
+        describe_model(target.name, target.path, args.n_gpu_layers, args.threads),
+        describe_model(draft.name, draft.path, args.n_gpu_layers_draft, args.threads) if draft else None,
+    )
+    in_use = profile_path_for(facts, target.name, draft.name if draft else None)
+    folder = store.home() / "costs"
+    profiles = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    print(f"cost profiles in {folder}:")
+    for path in profiles:
+        print(f"  {'*' if path == in_use else ' '} {path.name}  {_status(path)}")
+    if not profiles:
+        print("  (none yet)")
+    print(f"\nfor {target.name} + {draft.name if draft else 'no draft'} on this machine ({facts['cpu']}):")
+    print(f"  {in_use.name}")
+    data = read_profile(in_use) if in_use.is_file() else None
+    if data is None:
+        print("  not measured yet: it is measured on first use, or now with `edgespec costs measure`")
+        return 0
+    print(f"  {_status(in_use)}")
+    curve = CostCurve(max(DEFAULT_MAX_GAMMA + 1, *(int(k) for k in data.get("target", {}) or {"1": 0})))
+    curve.load_json(data.get("target", {}))
+    one = curve.estimate(1)
+    print("  target pass by tokens verified (ms, and × one token):")
+    for k in _SHOWN_SIZES:
+        if curve.measured(k) and not math.isnan(one):
+            print(f"    {k:3d}: {1000 * curve.estimate(k):8.1f}  ×{curve.estimate(k) / one:5.2f}")
+    draft_costs = data.get("draft") or {}
+    if "1" in draft_costs and not math.isnan(one):
+        per_token = float(draft_costs["1"])
+        share = per_token / one
+        print(f"  draft model: {1000 * per_token:.1f} ms per token (×{share:.2f} of a target token)")
+    print(f"  Python per step: {1000 * float(data.get('overhead', 0.0)):.2f} ms")
+    return 0
+
+
+def _status(path) -> str:
+    data = read_profile(path)
+    if data is None:
+        return "corrupt: it will be measured again at next use"
+    when = float(data.get("measured_at") or path.stat().st_mtime)
+    stamp = datetime.datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M")
+    flags = [f"measured {stamp}"]
+    if data.get("provisional"):
+        flags.append("provisional (the machine was busy)")
+    if data.get("stale"):
+        flags.append("stale (costs seen since disagree; re-measured at next use)")
+    target = data.get("target") or {}
+    try:
+        reason = implausible({int(k): float(v) for k, v in target.items()})
+    except (TypeError, ValueError):
+        reason = "unreadable points"
+    if reason:
+        flags.append(f"implausible: {reason}")
+    facts = data.get("facts") or {}
+    if facts.get("cpu"):
+        flags.append(facts["cpu"])
+    return ", ".join(flags)
+
+
+def measure(args: argparse.Namespace) -> int:
+    if args.threads is not None and args.threads < 1:
+        raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
+    target_arg, draft_arg = _names(args)
+    lm = EdgeSpec(
+        target_arg,
+        draft_arg,
+        RuntimeOptions(
+            n_gpu_layers=args.n_gpu_layers, n_gpu_layers_draft=args.n_gpu_layers_draft, threads=args.threads
+        ),
+    )
+    try:
+        costs = load_or_measure(lm.target, lm.draft, lm.engine.max_gamma + 1, force=True)
+    finally:
+        lm.close()
+    print(f"measured: {costs.profile_path}")
+    args.action = "show"
+    return show(args)

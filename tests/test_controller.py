@@ -429,3 +429,26 @@ def test_two_processes_writing_a_profile_at_once_leave_a_valid_file(tmp_path):
     assert all(w.wait() == 0 for w in writers)
     assert json.loads(path.read_text())["i"] == 299
     assert not list(path.parent.glob("*.tmp")), "no temporary file may be left behind"
+
+
+def test_drafts_stop_at_a_source_boundary_where_answers_keep_leaving_it():
+    """Token 0 ends a sentence. Copies of a source have held for long (a long match),
+    but the answer has left the source after every sentence end so far (a bullet
+    summary): the draft stops at the boundary. Where the answer has gone on past them
+    (an edit copying line after line), the draft runs through."""
+    source = [*range(500, 510), 0, *range(510, 530)]
+    context = [*source, 1, *source[:6]]
+
+    def drafted(crossing_hits: float) -> int:
+        stats = AcceptanceStats()
+        stats.lookup["ngram"].hits[:] = stats.lookup["ngram"].seen[:] = 50.0
+        stats.lookup["ngram"].cross_hits, stats.lookup["ngram"].cross_seen = crossing_hits, 10.0
+        flat = {1: 40, 2: 42, 5: 46, 9: 52, 17: 64}
+        policy = AdaptivePolicy(costs(flat, draft_ms=2), ("ngram",), gamma_cap=16, stats=stats)
+        view = StepView(
+            context, 16, GREEDY, {"ngram": NgramDrafter()}, 256, lambda t: t == 0, lambda t: False
+        )
+        return policy.plan(view).gamma
+
+    assert drafted(0.0) <= 5  # up to the sentence end, not past it
+    assert drafted(10.0) >= 12

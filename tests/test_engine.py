@@ -87,7 +87,7 @@ def assert_greedy_exact(lm: EdgeSpec, prompt: str, drafter: str, gamma) -> int:
 
 @pytest.mark.parametrize(
     ("drafter", "gamma"),
-    [("model", 1), ("model", 4), ("model", 8), ("ngram", 4), ("auto", "auto")],
+    [("model", 1), ("model", 5), ("ngram", 4), ("copy", 8), ("auto", "auto")],
 )
 def test_greedy_speculation_equals_target_only(pair, drafter, gamma):
     for prompt in PROMPTS:

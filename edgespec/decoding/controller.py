@@ -54,6 +54,9 @@ _BUCKETS = 10
 # a wide bucket gathers evidence in a few steps where one per length would stay empty.
 _LENGTH_EDGES = np.array([1, 2, 3, 4, 6, 9, 13, 19, 27, 41, 61, 91])
 _LOOKUP_PRIOR = 0.3  # acceptance of a one-token match before any evidence
+_CROSS_PRIOR = 0.5  # chance a copy goes on past a sentence or line end, before evidence
+_CROSS_PSEUDO = 2.0
+_CROSS_DECAY = 0.9  # boundaries are rarer than tokens: remember the last ten or so
 _PSEUDO = 1.0  # pseudo-observations pulling a bucket toward the one below it
 _DECAY = 0.97  # per observation: a bucket remembers its last few dozen judgements
 _CAUTION = 1.0  # standard deviations taken off thinly supported acceptance estimates
@@ -82,22 +85,44 @@ class LookupStats:
     """Measured acceptance of one lookup drafter's proposals: evidence on whether a
     proposed token is right given that the ones before it in the proposal were, by its
     effective match length m (matched suffix plus the proposal tokens before it): a copy
-    in progress is a long match. Counts decay, so the estimates follow the text."""
+    in progress is a long match. Counts decay, so the estimates follow the text.
+
+    Tokens right after the end of a sentence or a line of the source are scored apart: that
+    is where copies end (a bullet summary starts a new bullet where its source ran on; an
+    answer that quotes one sentence stops after it), or, in an edit, where they go on line
+    after line. Which of the two this answer does is learned like the rest, so a draft
+    stops at a boundary exactly when the answer keeps leaving the source there."""
 
     def __init__(self) -> None:
         self.hits = np.zeros(len(_LENGTH_EDGES))
         self.seen = np.zeros(len(_LENGTH_EDGES))
+        self.cross_hits = 0.0
+        self.cross_seen = 0.0
         self._estimates: np.ndarray | None = None
+        self._cross: float | None = None
 
     @staticmethod
     def bucket(effective_len: int | np.ndarray) -> int | np.ndarray:
         return np.searchsorted(_LENGTH_EDGES, np.maximum(effective_len, 1), side="right") - 1
 
-    def observe(self, effective_len: int, hit: bool) -> None:
+    def observe(self, effective_len: int, hit: bool, *, crossing: bool = False) -> None:
+        if crossing:
+            self.cross_hits = _CROSS_DECAY * self.cross_hits + hit
+            self.cross_seen = _CROSS_DECAY * self.cross_seen + 1
+            self._cross = None
+            return
         b = self.bucket(effective_len)
         self.hits[b] = _DECAY * self.hits[b] + hit
         self.seen[b] = _DECAY * self.seen[b] + 1
         self._estimates = None
+
+    def crossing(self) -> float:
+        """Chance that a copy goes on past a boundary of its source. A plain posterior mean,
+        not a lower bound: boundaries come every line or sentence, so evidence arrives fast,
+        and the copy's acceptance around them is already priced cautiously."""
+        if self._cross is None:
+            self._cross = (self.cross_hits + _CROSS_PSEUDO * _CROSS_PRIOR) / (self.cross_seen + _CROSS_PSEUDO)
+        return self._cross
 
     def estimates(self) -> np.ndarray:
         """Acceptance by length bucket. Each bucket's evidence is smoothed toward the
@@ -116,8 +141,11 @@ class LookupStats:
             self._estimates = estimates
         return self._estimates
 
-    def acceptance(self, match_len: int, length: int) -> np.ndarray:
-        return self.estimates()[self.bucket(match_len + np.arange(length))]
+    def acceptance(self, match_len: int, length: int, crossings: np.ndarray | None = None) -> np.ndarray:
+        accept = self.estimates()[self.bucket(match_len + np.arange(length))]
+        if crossings is not None and crossings.any():
+            accept = np.where(crossings[:length], self.crossing(), accept)
+        return accept
 
 
 @dataclass
@@ -196,6 +224,7 @@ class _OpenProposal:
     drafter: str
     match_len: int
     tokens: list[int]
+    crossings: np.ndarray | None = None  # token i follows a sentence or line end
     judged: int = 0
 
 
@@ -304,8 +333,9 @@ class AdaptivePolicy:
             lookup: LookupDrafter = view.drafters[name]
             proposal, n = lookup.lookup(context, cap)
             if proposal:
-                self._open.append(_OpenProposal(name, n, proposal))
-                accept = self.stats.lookup[name].acceptance(n, len(proposal))
+                crossings = self._crossings(view, proposal)
+                self._open.append(_OpenProposal(name, n, proposal, crossings))
+                accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings)
                 options.append(self._best(name, accept, 0.0, 0.0))
         if "model" in self.allowed:
             drafter: ModelDrafter = view.drafters["model"]
@@ -321,6 +351,21 @@ class AdaptivePolicy:
                 first = per_draft + (first - per_draft) / steps_left
             options.append(self._best("model", np.full(cap, self.stats.model), first, per_draft))
         return options
+
+    @staticmethod
+    def _crossings(view: StepView, proposal: list[int]) -> np.ndarray | None:
+        """Which proposed tokens sit at a boundary of the source: a token that breaks the
+        line, or the first one after a sentence or line end."""
+        ends = view.ends_unit
+        if ends is None:
+            return None
+        ending = np.fromiter((ends(t) for t in proposal), dtype=bool, count=len(proposal))
+        after = np.empty_like(ending)
+        after[0] = bool(view.context) and ends(view.context[-1])
+        after[1:] = ending[:-1]
+        # A token that ends a sentence with its punctuation alone ("." in "80 percent.")
+        # is copied as readily as any other; one that carries a line break is not.
+        return after | (ending & np.fromiter((view.breaks_line(t) for t in proposal), dtype=bool))
 
     def plan(self, view: StepView) -> Plan:
         self._steps += 1
@@ -433,7 +478,9 @@ class AdaptivePolicy:
         for token in committed:
             for proposal in list(self._open):
                 hit = proposal.tokens[proposal.judged] == token
-                self.stats.lookup[proposal.drafter].observe(proposal.match_len + proposal.judged, hit)
+                crossing = proposal.crossings is not None and bool(proposal.crossings[proposal.judged])
+                stats = self.stats.lookup[proposal.drafter]
+                stats.observe(proposal.match_len + proposal.judged, hit, crossing=crossing)
                 proposal.judged += 1
                 name = proposal.drafter
                 if (

@@ -361,30 +361,42 @@ def target_warmup_sizes(k_max: int) -> tuple[int, ...]:
     return tuple(k for k in sizes if k <= k_max) + ((k_max,) if k_max not in sizes else ())
 
 
+class OtherLoad:
+    """CPU that other processes use while this one works, from the kernel's counters of all
+    CPU time minus this process's own (the load average would count this process's own
+    work and lag by a minute). Linux only; elsewhere it reports nothing."""
+
+    def __init__(self) -> None:
+        self._start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+            ticks = [float(x) for x in fields]
+            idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)
+            own = os.times()
+            return sum(ticks) - idle, sum(ticks), (own.user + own.system) * os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError, AttributeError):
+            return None
+
+    def cores(self) -> float | None:
+        """Cores' worth of CPU other processes used since this object was made."""
+        end = self._sample()
+        if self._start is None or end is None or end[1] <= self._start[1]:
+            return None
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        others = max(0.0, (end[0] - self._start[0]) - (end[2] - self._start[2]))
+        return others / (end[1] - self._start[1]) * cores
+
+
 def machine_busy(window_s: float = 0.3) -> float | None:
-    """Cores' worth of CPU that other processes used over a short window, when it is
-    enough to disturb timings (None when quiet or unknown). The load average would count
-    this process's own work and lag by a minute; the kernel's counters of all CPU time
-    minus this process's own do not."""
-
-    def sample() -> tuple[float, float, float]:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-        ticks = [float(x) for x in fields]
-        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)
-        own = os.times()
-        return sum(ticks) - idle, sum(ticks), (own.user + own.system) * os.sysconf("SC_CLK_TCK")
-
-    try:
-        busy0, total0, own0 = sample()
-        time.sleep(window_s)
-        busy1, total1, own1 = sample()
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if total1 <= total0:
-        return None
-    others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (total1 - total0) * cores
-    return others if others > _BUSY_CORES else None
+    """Cores' worth of CPU other processes use right now, when it is enough to disturb
+    timings (None when quiet or unknown)."""
+    watch = OtherLoad()
+    time.sleep(window_s)
+    others = watch.cores()
+    return others if others is not None and others > _BUSY_CORES else None
 
 
 def warm_up(
@@ -455,6 +467,7 @@ def load_or_measure(
         costs.profile_path = profile_path(target, draft)
         costs.facts = profile_facts(target, draft)
     known = (costs.target.to_json(), costs.draft.to_json())
+    watch = OtherLoad()  # what else ran while we measured
     sizes = target_warmup_sizes(k_max)
     for attempt in range(2):
         warm_up(target, costs.target, sizes, all_logits=True, quiet=quiet)
@@ -471,6 +484,9 @@ def load_or_measure(
     if draft is not None:
         warm_up(draft, costs.draft, DRAFT_WARMUP, all_logits=False, quiet=quiet)
     if (costs.target.to_json(), costs.draft.to_json()) != known:
+        during = watch.cores() if busy is machine_busy else None
+        if during is not None and during > _BUSY_CORES:
+            others = max(others or 0.0, during)
         if others is None and problem is None:
             others = busy()  # only sizes a loaded profile lacked were measured
         if others is not None:

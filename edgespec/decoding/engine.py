@@ -77,6 +77,19 @@ class Engine:
         if draft is not None:
             self.drafters["model"] = ModelDrafter(draft, target.n_vocab)
         self.cancel = threading.Event()
+        self._unit_ends: dict[int, bool] = {}
+
+    def _ends_unit(self, token: int) -> bool:
+        """Does ``token`` end a sentence or a line? (Cached: asked for every proposed token.)"""
+        known = self._unit_ends.get(token)
+        if known is None:
+            text = self.target.piece(token)
+            known = b"\n" in text or text.rstrip(b" ").endswith((b".", b"!", b"?", b":", b";"))
+            self._unit_ends[token] = known
+        return known
+
+    def _breaks_line(self, token: int) -> bool:
+        return self._ends_unit(token) and b"\n" in self.target.piece(token)
 
     @property
     def max_gamma(self) -> int:
@@ -140,7 +153,16 @@ class Engine:
             budget = min(room, settings.max_tokens - len(generated) - 1, self.max_gamma)
             step_started = time.perf_counter()
             remaining = settings.max_tokens - len(generated)
-            plan = policy.plan(StepView(committed, max(budget, 0), params, self.drafters, remaining))
+            view = StepView(
+                committed,
+                max(budget, 0),
+                params,
+                self.drafters,
+                remaining,
+                self._ends_unit,
+                self._breaks_line,
+            )
+            plan = policy.plan(view)
             try:
                 step_tokens, sources, step, draft = self._step(committed, plan, settings, rng)
             except DecodeAborted:

@@ -40,6 +40,9 @@ class StepView:
     params: SamplingParams
     drafters: Mapping[str, Drafter]  # the drafters loaded, by name
     remaining: int = 0  # answer tokens still allowed (max tokens less those generated)
+    # Does this token end a sentence or a line? Where a copy tends to stop (or not).
+    ends_unit: Callable[[int], bool] | None = None
+    breaks_line: Callable[[int], bool] = lambda token: False  # does it carry a line break?
 
 
 @dataclass(frozen=True)

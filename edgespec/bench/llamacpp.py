@@ -1,0 +1,109 @@
+"""llama.cpp's own speculative decoding on the same prompts, as a reference.
+
+``llama-speculative-simple --spec-type ngram-simple`` (llama.cpp's prompt lookup: a
+12-token match, then a 48-token draft) is built from the llama.cpp sources vendored in the
+``llama-cpp-python`` sdist, outside the repository:
+
+    edgespec bench --llamacpp-build        # once: configures and builds it (minutes)
+    edgespec bench --llamacpp BINARY ...   # runs it beside the other configurations
+
+Its decode-phase speed (llama.cpp's "decoded N tokens in S seconds", which starts after
+the prompt is encoded) is compared with ours on the same models, prompts and threads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.errors import EdgespecError
+from edgespec.models import store
+
+LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendored llama.cpp the runtime is built from
+_DECODED = re.compile(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+) seconds")
+_DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
+_ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    tokens: int
+    decode_s: float
+    drafted: int
+    accepted: int
+
+    @property
+    def decode_tps(self) -> float:
+        return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+
+def default_binary() -> Path:
+    return store.home() / "llama.cpp" / f"build-{LLAMA_CPP_PYTHON}" / "bin" / "llama-speculative-simple"
+
+
+def build(jobs: int | None = None) -> Path:
+    """Download the llama-cpp-python sdist with pip, configure its vendored llama.cpp with
+    the same defaults as the runtime's build (native CPU), and build the tool."""
+    binary = default_binary()
+    if binary.is_file():
+        return binary
+    if shutil.which("cmake") is None:
+        raise EdgespecError("building llama.cpp's tools needs cmake (apt-get install cmake)")
+    work = binary.parent.parent.parent
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
+             "-d", tmp, f"llama-cpp-python=={LLAMA_CPP_PYTHON}"],
+            check=True,
+        )  # fmt: skip
+        sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        with tarfile.open(sdist) as archive:
+            archive.extractall(tmp, filter="data")
+        source = next(Path(tmp).glob("llama_cpp_python-*")) / "vendor" / "llama.cpp"
+        build_dir = binary.parent.parent
+        subprocess.run(
+            ["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+             "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+             "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_SERVER=OFF"],
+            check=True,
+        )  # fmt: skip
+        subprocess.run(
+            ["cmake", "--build", str(build_dir), "--target", "llama-speculative-simple",
+             "-j", str(jobs or os.cpu_count() or 2)],
+            check=True,
+        )  # fmt: skip
+    if not binary.is_file():
+        raise EdgespecError(f"the llama.cpp build did not produce {binary}")
+    return binary
+
+
+def run_ngram_simple(
+    binary: Path, target: Path, prompt_text: str, n_predict: int, threads: int, ctx: int = 4096
+) -> ReferenceRun:
+    """One greedy generation with llama.cpp's n-gram lookup speculation. ``prompt_text`` is
+    the chat-rendered prompt (special tokens are parsed)."""
+    cmd = [
+        str(binary), "-m", str(target), "--spec-type", "ngram-simple", "-p", prompt_text,
+        "-n", str(n_predict), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
+        "--temp", "0", "--top-k", "1", "--seed", "1",
+    ]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    log = result.stdout + result.stderr
+    decoded, drafted, accepted = _DECODED.search(log), _DRAFTED.search(log), _ACCEPTED.search(log)
+    if result.returncode != 0 or decoded is None:
+        tail = " | ".join(line for line in log.strip().splitlines()[-3:])
+        raise EdgespecError(f"llama-speculative-simple failed ({result.returncode}): {tail}")
+    return ReferenceRun(
+        tokens=int(decoded.group(1)),
+        decode_s=float(decoded.group(2)),
+        drafted=int(drafted.group(1)) if drafted else 0,
+        accepted=int(accepted.group(1)) if accepted else 0,
+    )

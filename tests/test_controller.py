@@ -440,11 +440,11 @@ def test_drafts_stop_at_a_source_boundary_where_answers_keep_leaving_it():
     context = [*source, 1, *source[:6]]
 
     def drafted(crossing_hits: float) -> int:
-        stats = AcceptanceStats()
-        stats.lookup["ngram"].hits[:] = stats.lookup["ngram"].seen[:] = 50.0
-        stats.lookup["ngram"].cross_hits, stats.lookup["ngram"].cross_seen = crossing_hits, 10.0
         flat = {1: 40, 2: 42, 5: 46, 9: 52, 17: 64}
-        policy = AdaptivePolicy(costs(flat, draft_ms=2), ("ngram",), gamma_cap=16, stats=stats)
+        policy = AdaptivePolicy(costs(flat, draft_ms=2), ("ngram",), gamma_cap=16)
+        ngram = policy.stats.lookup["ngram"]  # this answer's evidence so far
+        ngram.hits[:] = ngram.seen[:] = 50.0
+        ngram.cross_hits, ngram.cross_seen = crossing_hits, 10.0
         view = StepView(
             context, 16, GREEDY, {"ngram": NgramDrafter()}, 256, lambda t: t == 0, lambda t: False
         )

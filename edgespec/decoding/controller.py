@@ -69,6 +69,9 @@ _REALIZED_MARGIN = 0.98  # an option realizing less than this share of plain dec
 _BAN_STEPS = 12  # steps a losing option is left out the first time; doubled at every new ban
 _MAX_BAN = 192
 _CONFIRMING_RUN = 8  # a banned lookup drafter whose proposal this long proves right is let back
+_CALIBRATION_DECAY = 0.9  # per chosen step: the last ten or so steps of an option count
+_CALIBRATION_PSEUDO = 3.0  # tokens of evidence that the predictions were right, before any
+_CARRY_OVER = 0.2  # share of the lookup evidence of earlier answers a new answer starts with
 _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
 _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
 LOOKUP_DRAFTERS = ("ngram", "reflow", "copy")  # draftless: proposals copied out of the context
@@ -115,6 +118,15 @@ class LookupStats:
         self.hits[b] = _DECAY * self.hits[b] + hit
         self.seen[b] = _DECAY * self.seen[b] + 1
         self._estimates = None
+
+    def soften(self, keep: float) -> None:
+        """Keep only a share of the evidence: a new answer may copy differently (an edit
+        after a summary), so what the last one showed is a weak prior, not a verdict."""
+        self.hits *= keep
+        self.seen *= keep
+        self.cross_hits *= keep
+        self.cross_seen *= keep
+        self._estimates = self._cross = None
 
     def crossing(self) -> float:
         """Chance that a copy goes on past a boundary of its source. A plain posterior mean,
@@ -190,6 +202,8 @@ class RealizedRates:
         self._steps: dict[str, float] = {}
         self._drafted: dict[str, float] = {}
         self._accepted: dict[str, float] = {}
+        self._predicted: dict[str, float] = {}  # extra tokens predicted for the chosen steps
+        self._delivered: dict[str, float] = {}  # ... and accepted
 
     def observe(self, option: str, tokens: int, seconds: float, drafted: int = 0, accepted: int = 0) -> None:
         if seconds <= 0:
@@ -203,6 +217,19 @@ class RealizedRates:
             (self._accepted, accepted),
         ):
             table[option] = d * table.get(option, 0.0) + value
+
+    def calibrate(self, option: str, predicted_extra: float, accepted: int) -> None:
+        """The tokens beyond one that a chosen step was predicted to yield, against what it
+        yielded: choosing the best of several noisy estimates favours the ones that came
+        out too high, and this measures by how much."""
+        self._predicted[option] = _CALIBRATION_DECAY * self._predicted.get(option, 0.0) + predicted_extra
+        self._delivered[option] = _CALIBRATION_DECAY * self._delivered.get(option, 0.0) + accepted
+
+    def calibration(self, option: str) -> float:
+        """Delivered over predicted extra tokens, pulled toward 1 while evidence is thin."""
+        predicted = self._predicted.get(option, 0.0) + _CALIBRATION_PSEUDO
+        delivered = self._delivered.get(option, 0.0) + _CALIBRATION_PSEUDO
+        return min(max(delivered / predicted, 0.2), 1.2)
 
     def acceptance(self, option: str) -> float:
         drafted = self._drafted.get(option, 0.0)
@@ -255,6 +282,8 @@ class AdaptivePolicy:
         self.gamma_cap = gamma_cap
         self.fixed_gamma = fixed_gamma
         self.stats = stats or AcceptanceStats()
+        for lookup in self.stats.lookup.values():
+            lookup.soften(_CARRY_OVER)
         self._steps = 0
         self._last_used = {name: 0 for name in drafters}
         # Recent lookup proposals, used or not, judged against the text as it is committed.
@@ -264,6 +293,7 @@ class AdaptivePolicy:
         self._catch_up_s = 0.0
         self._first_draft_s = 0.0
         self.realized = RealizedRates()
+        self._chosen: Choice | None = None
         self._banned: dict[str, int] = {}  # option -> first step it may be chosen again
         self._strikes: dict[str, int] = {}
         # Banned because its drafts failed (not because its steps cost more than priced):
@@ -307,13 +337,15 @@ class AdaptivePolicy:
         table = self.costs.target.table()
         return table[np.minimum(gammas + 1, len(table) - 1)] + self.costs.overhead
 
-    def _best(self, drafter: str, accept: np.ndarray, fixed_cost: float, per_draft: float) -> Choice:
+    def _best(
+        self, drafter: str, accept: np.ndarray, fixed_cost: float, per_draft: float, calibration: float = 1.0
+    ) -> Choice:
         gammas = np.arange(1, len(accept) + 1)
         if self.fixed_gamma is not None:
             gammas = gammas[gammas == min(self.fixed_gamma, len(accept))]
         if gammas.size == 0:
             return Choice(drafter, 0, 0.0, 1.0, 1.0)
-        expected = expected_tokens(accept)[gammas]
+        expected = 1.0 + calibration * (expected_tokens(accept)[gammas] - 1.0)
         seconds = self._verify_seconds(gammas) + fixed_cost + per_draft * (gammas - 1)
         rates = expected / seconds
         i = int(np.argmax(rates))
@@ -336,7 +368,7 @@ class AdaptivePolicy:
                 crossings = self._crossings(view, proposal)
                 self._open.append(_OpenProposal(name, n, proposal, crossings))
                 accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings)
-                options.append(self._best(name, accept, 0.0, 0.0))
+                options.append(self._best(name, accept, 0.0, 0.0, self.realized.calibration(name)))
         if "model" in self.allowed:
             drafter: ModelDrafter = view.drafters["model"]
             catch_up = drafter.catch_up_cost_tokens(context)
@@ -393,6 +425,7 @@ class AdaptivePolicy:
                 break
         if best.drafter != "none":
             self._last_used[best.drafter] = self._steps
+        self._chosen = best
         reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
         self._expected, self._included_p = 1.0, 1.0
         self._first_draft_s = self._catch_up_s
@@ -461,6 +494,9 @@ class AdaptivePolicy:
         costs = self.costs
         step_s = outcome.draft.seconds + outcome.verify_s + outcome.overhead_s
         self.realized.observe(outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted)
+        chosen = self._chosen
+        if chosen is not None and chosen.drafter == outcome.drafter and outcome.drafter in LOOKUP_DRAFTERS:
+            self.realized.calibrate(outcome.drafter, chosen.expected - 1.0, outcome.accepted)
         self._check_realized(outcome.drafter)
         costs.observe_overhead(outcome.overhead_s)
         costs.target.observe(outcome.gamma + 1, outcome.verify_s)

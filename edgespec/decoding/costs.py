@@ -24,7 +24,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -32,11 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 
 from edgespec.models import store
 from edgespec.progress import count_bar
 from edgespec.runtime.model import Model
+from edgespec.runtime.system import cpu_model, system_info
 
 PROFILE_VERSION = 2
 _EMA = 0.3  # weight of a new measurement
@@ -276,30 +277,8 @@ def write_atomically(path: Path, text: str) -> None:
 
 def build_fingerprint() -> str:
     """The llama.cpp build: its version and what it was compiled with."""
-    import llama_cpp
-
-    info = llama_cpp.llama_print_system_info() or b""
-    return f"{llama_cpp.__version__} {hashlib.sha256(bytes(info)).hexdigest()[:12]}"
-
-
-def cpu_model() -> str:
-    """The CPU's model name as the OS reports it (the figures change from one to another)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu model")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if sys.platform == "darwin":
-        with contextlib.suppress(Exception):
-            import subprocess
-
-            out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
-            )
-            if out.stdout.strip():
-                return out.stdout.strip()
-    return platform.processor() or platform.machine()
+    compiled = json.dumps(system_info(), sort_keys=True).encode()
+    return f"{llama_cpp.__version__} {hashlib.sha256(compiled).hexdigest()[:12]}"
 
 
 def file_identity(path: Path) -> str:

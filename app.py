@@ -73,4 +73,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The app runs in a supervised child: a crash inside llama.cpp becomes one line naming
+    # what crashed, instead of a server that silently vanishes.
+    from edgespec import crashguard
+
+    if crashguard.is_child():
+        crashguard.arm()
+        sys.exit(main())
+    sys.exit(crashguard.supervise([sys.executable, __file__, *sys.argv[1:]], program="edgespec"))

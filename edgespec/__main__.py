@@ -1,5 +1,5 @@
 import sys
 
-from edgespec.cli.main import main
+from edgespec.cli.main import entry
 
-sys.exit(main())
+sys.exit(entry())

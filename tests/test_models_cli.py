@@ -104,30 +104,62 @@ def test_fresh_pull_corruption_detected_and_repulled(empty_home):
     assert run_cli("models", "verify", SMOL, env=empty_home).returncode == 0
 
 
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def interruptible() -> None:
+    """Start the command as a shell starts a foreground job, with Ctrl-C enabled: tests run
+    from a background job inherit SIGINT ignored, which a started process keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def pid_exists(pid: int) -> bool:
+    """Until its parent (init, for an orphan) reaps it, a dead process still holds its pid:
+    the next pull's clean-up (``os.kill(pid, 0)``) would take its scratch for a live one."""
+    return Path(f"/proc/{pid}").exists()
+
+
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
-def test_interrupted_pull_never_leaves_a_final_file(empty_home, how):
+def test_interrupted_pull_never_leaves_a_final_file(empty_home, tmp_path, how):
+    """The pull holds after its first chunk (EDGESPEC_TEST_HOLD_PULL), so the signal always
+    lands mid-assembly, never after a pull that happened to finish first. The signal goes to
+    the supervisor pid, as a user's would; stdin is not a terminal, so SIGINT is forwarded."""
     home = Path(empty_home["EDGESPEC_HOME"])
+    hold = tmp_path / "hold"
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgespec", "models", "pull", GEMMA],
-        env={**os.environ, **empty_home},
+        env={**os.environ, **empty_home, "EDGESPEC_TEST_HOLD_PULL": str(hold)},
         cwd=REPO,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=interruptible,
     )
-    deadline = time.monotonic() + 240
-    partial = []
-    while time.monotonic() < deadline and proc.poll() is None:
+    try:
+        wait_for(lambda: Path(f"{hold}.reached").exists() or proc.poll() is not None, 240, "the hold point")
+        assert proc.poll() is None, f"the pull ended before its hold point (exit {proc.returncode})"
         partial = [p for p in home.glob("tmp/pull-*/*.partial") if p.stat().st_size > 0]
-        if partial:
-            break
-        time.sleep(0.05)
-    assert partial, "the pull finished before it could be interrupted"
-    proc.send_signal(how)
-    proc.wait(timeout=60)
+        assert partial, "held after the first chunk, yet no assembled bytes"
+        worker = int(next(home.glob("tmp/pull-*/owner.pid")).read_text())
+        proc.send_signal(how)
+        code = proc.wait(timeout=60)
+    finally:
+        hold.touch()  # never leave a worker waiting, whatever failed above
+        if proc.poll() is None:
+            proc.kill()
+    # The worker (the supervisor's child) must be gone too: by Ctrl-C, or with its parent.
+    wait_for(lambda: not pid_exists(worker), 30, f"the pull worker {worker} to exit")
     final = home / "models" / f"{GEMMA}.gguf"
     assert not final.exists()
     if how == signal.SIGINT:
+        assert code == 130
         assert not list(home.glob("tmp/pull-*")), "Ctrl-C must clean its scratch space"
+    else:
+        assert code == -signal.SIGKILL
     one_error_line(run_cli("models", "path", GEMMA, env=empty_home), "not in the cache")
     # The next pull removes what a killed pull abandoned, and completes.
     result = run_cli("models", "pull", GEMMA, env=empty_home)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from edgespec import __version__
+from edgespec import __version__, crashguard
 from edgespec.errors import EdgespecError, run_reporting_errors
 
 
@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgespec.cli import bench, costs, generate, models
+    from edgespec.cli import bench, costs, doctor, generate, models, serve
 
     parser = _Parser(
         prog="edgespec",
@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(subparsers)
     models.add_parser(subparsers)
     costs.add_parser(subparsers)
+    doctor.add_parser(subparsers)
+    serve.add_parser(subparsers)
     return parser
 
 
@@ -45,5 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     return run_reporting_errors(body)
 
 
+def entry(argv: list[str] | None = None) -> int:
+    """The console script and ``python -m edgespec``: the command runs in a supervised child
+    process, so that a crash inside llama.cpp is reported as one line, never silently."""
+    if crashguard.is_child():
+        crashguard.arm()
+        return main(argv)
+    args = sys.argv[1:] if argv is None else argv
+    return crashguard.supervise([sys.executable, "-m", "edgespec", *args])
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

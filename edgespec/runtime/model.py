@@ -27,8 +27,10 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from edgespec import crashguard
 from edgespec.errors import EdgespecError
 from edgespec.models.gguf import read_info
+from edgespec.runtime import system
 
 ROLLBACK_MODES = ("auto", "truncate", "snapshot")
 LOAD_MODE_READ = 0  # llama_load_mode NONE: read the file, no mmap
@@ -37,7 +39,7 @@ _ABORTABLE_BATCH = 64  # decodes at least this long can be interrupted by abort(
 
 # --- llama.cpp logging -----------------------------------------------------------------
 
-_log_state = {"verbose": False, "recent": []}
+_log_state = {"verbose": False, "recent": [], "buffers": []}
 
 
 @llama_cpp.llama_log_callback
@@ -45,6 +47,10 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     message = text.decode("utf-8", errors="replace") if text else ""
     if _log_state["verbose"]:
         print(message, end="", file=__import__("sys").stderr)
+    if "model buffer size" in message:
+        # Which buffer types hold the weights (CPU, CPU_REPACK, AMX, CUDA0 ...): the load
+        # prints far more lines than ``recent`` keeps, so these are kept apart.
+        _log_state["buffers"].append(message)
     # Keep the last lines so that a failed load can say why in one line.
     recent = _log_state["recent"]
     if message.strip():
@@ -54,6 +60,16 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
 
 _backend_lock = threading.Lock()
 _backend_ready = False
+_amx_guard: bool | None = None
+
+
+def amx_guard_needed() -> bool:
+    """Whether this library compiled in ggml's AMX buffer type and this CPU has AMX (decided
+    once per process: neither can change)."""
+    global _amx_guard
+    if _amx_guard is None:
+        _amx_guard = system.needs_amx_guard(system.system_info(), system.cpu_flags())
+    return _amx_guard
 
 
 def init_backend(verbose: bool = False) -> None:
@@ -126,6 +142,7 @@ class Model:
         self._model = None
         self._ctx = None
         self._batch = None
+        self.buffers: dict[str, float] = {}  # weight buffer type → MiB, as llama.cpp reported
         self._load()
         self.vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
@@ -158,8 +175,19 @@ class Model:
             # On the CPU llama.cpp repacks weights into its own layout; with mmap the
             # file's pages would stay resident beside the copy, nearly doubling memory.
             mparams.load_mode = LOAD_MODE_READ
+        if amx_guard_needed():
+            # ggml's AMX buffer type repacks Q4_K/Q6_K weights in a way that crashes (SIGSEGV)
+            # at the first decode (llama.cpp issue 20824). Extra buffer types are all or
+            # nothing, so this also drops CPU_REPACK; only where AMX is compiled in and present.
+            mparams.use_extra_bufts = False
         _log_state["recent"].clear()
+        _log_state["buffers"].clear()
+        crashguard.note(f"{self.name}: loading {self.path.name}")
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        for line in _log_state["buffers"]:
+            found = system.parse_buffer_line(line)
+            if found:
+                self.buffers[found[0]] = self.buffers.get(found[0], 0.0) + found[1]
         if not self._model:
             raise EdgespecError(f"llama.cpp could not load {self.path}: {_last_log_error()}")
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
@@ -297,6 +325,8 @@ class Model:
             batch.logits[i] = i >= first_output
         self._aborted.clear()
         self._arm_abort(n >= _ABORTABLE_BATCH)
+        if crashguard.is_armed():  # skip even the formatting when nobody would read it
+            crashguard.note(f"{self.name}: decoding {n} tokens at position {pos0}")
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             self._recover_after_failed_decode()

@@ -1,0 +1,175 @@
+"""``edgespec doctor``: one screen with what a bug report needs, and every problem found.
+
+Each failed check is one line starting with "FAIL" that says what to do; the exit code is
+0 when every check passed and 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.errors import EdgespecError
+from edgespec.models import catalog, store
+from edgespec.models.resolve import resolve
+from edgespec.progress import byte_bar
+from edgespec.runtime import system
+from edgespec.runtime.model import LoadOptions, Model, amx_guard_needed
+
+PROMPT = "def fibonacci(n):\n"
+N_TOKENS = 20
+BUILD_INFO = "edgespec-llama-build.json"  # written into the venv by `make setup`
+
+
+def add_parser(subparsers) -> None:
+    doctor = subparsers.add_parser("doctor", help="check this machine, the llama.cpp build and the models")
+    doctor.add_argument("--target", default="default", help="catalog name or GGUF path of the target")
+    doctor.add_argument("--draft", default="default", help="catalog name or GGUF path of the draft")
+    doctor.set_defaults(handler=run)
+
+
+class Report:
+    def __init__(self) -> None:
+        self.failures = 0
+
+    def line(self, key: str, value: object) -> None:
+        print(f"{key + ':':<16} {value}", flush=True)
+
+    def fail(self, message: str) -> None:
+        self.failures += 1
+        print(f"FAIL {message}", flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = Report()
+    _machine(report)
+    _build(report)
+    _cached_models(report)
+    models = _load(report, args)
+    _cost_profile(report, models)
+    for model in models.values():
+        _decode(report, model)
+        model.close()
+    if report.failures:
+        print(f"{report.failures} check(s) failed", flush=True)
+        return 1
+    print("all checks passed", flush=True)
+    return 0
+
+
+def _machine(report: Report) -> None:
+    flags = system.cpu_flags()
+    report.line("os", system.os_name())
+    report.line("python", sys.version.split()[0])
+    report.line("cpu", system.cpu_model())
+    report.line("isa", " ".join(system.isa_of_interest(flags)) or "(no /proc/cpuinfo flags)")
+
+
+def _build(report: Report) -> None:
+    info_path = Path(sys.prefix) / BUILD_INFO
+    try:
+        info = json.loads(info_path.read_text())
+        report.line(
+            "llama.cpp build",
+            f"{info.get('recipe', '?')} recipe, key {info.get('key', '?')}, "
+            f"CMAKE_ARGS={info.get('cmake_args', '')!r}, built {info.get('built_at') or 'before records'}",
+        )
+    except (OSError, ValueError):
+        report.line("llama.cpp build", f"no build record in {info_path} (run: make setup)")
+    info = system.system_info()
+    features = sorted(system.compiled_features(info))
+    report.line("compiled in", " ".join(features))
+    report.line("backends", f"{', '.join(system.backends(info))}; GPU offload: {system.gpu_offload()}")
+    cpu_amx = system.cpu_has_amx(system.cpu_flags())
+    lib_amx = system.library_has_amx(info)
+    guard = "extra buffer types off (AMX guard)" if amx_guard_needed() else "not needed"
+    report.line(
+        "amx", f"CPU {'yes' if cpu_amx else 'no'}, library {'yes' if lib_amx else 'no'}; guard {guard}"
+    )
+
+
+def _cached_models(report: Report) -> None:
+    found = False
+    for model in catalog.all_models().values():
+        path = store.model_file(model.name)
+        if not path.is_file():
+            continue
+        found = True
+        bar = byte_bar(f"verify {model.name}", path.stat().st_size)
+        status = store.verify(model, bar.update)
+        bar.close()
+        if status == "ok":
+            report.line(f"model {model.name}", f"ok ({path.stat().st_size / 1e6:,.0f} MB)")
+        else:
+            report.fail(f"{model.name}: {status}; run: edgespec models pull {model.name}")
+    if not found:
+        report.fail(f"no models cached in {store.models_dir()}; run: edgespec models pull --default")
+
+
+def _load(report: Report, args: argparse.Namespace) -> dict[str, Model]:
+    loaded: dict[str, Model] = {}
+    for role, arg in (("target", args.target), ("draft", args.draft)):
+        name = catalog.default_name(role) if arg == "default" else arg
+        try:
+            resolved = resolve(name, download=False)
+            model = Model(resolved.path, LoadOptions(n_ctx=512, max_outputs=1), name=resolved.name)
+        except EdgespecError as exc:
+            report.fail(f"{role} {name}: {exc}")
+            continue
+        buffers = ", ".join(f"{k} {v:,.0f} MiB" for k, v in model.buffers.items()) or "none reported"
+        report.line(f"{role} buffers", f"{model.name}: {buffers}")
+        loaded[role] = model
+    return loaded
+
+
+def _cost_profile(report: Report, models: dict[str, Model]) -> None:
+    if "target" not in models:
+        return
+    # costs is another layer's file format: read it, tolerate anything, never fail on it.
+    try:
+        from edgespec.decoding import costs
+
+        path = costs.profile_path(models["target"], models.get("draft"))
+    except Exception as exc:
+        report.line("cost profile", f"unknown ({exc.__class__.__name__}: {exc})")
+        return
+    if not path.is_file():
+        report.line("cost profile", "not measured yet — it will be measured on first use")
+        return
+    when = None
+    try:
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and isinstance(data.get("measured_at"), int | float):
+            when = float(data["measured_at"])
+    except (OSError, ValueError):
+        pass
+    source = "measured" if when else "file written"
+    when = when or path.stat().st_mtime
+    stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    report.line("cost profile", f"{path} ({source} {stamp})")
+
+
+def _decode(report: Report, model: Model) -> None:
+    """A real greedy decode: tokens/s here, and proof the build computes on this CPU."""
+    try:
+        logits = model.decode(model.tokenize(PROMPT), 1)
+        out: list[int] = []
+        started = time.perf_counter()
+        for _ in range(N_TOKENS):
+            token = int(np.argmax(logits[-1]))
+            out.append(token)
+            logits = model.decode([token], 1)
+        elapsed = time.perf_counter() - started
+    except EdgespecError as exc:
+        report.fail(
+            f"{model.name}: decoding failed: {exc}; run: make setup (or EDGESPEC_BUILD=portable make setup)"
+        )
+        return
+    text = model.detokenize(out)
+    report.line(f"decode {model.name}", f"{len(out) / elapsed:.1f} tokens/s  {text[:40]!r}")

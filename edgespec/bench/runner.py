@@ -1,23 +1,34 @@
-"""The benchmark: every configuration through the same engine, side by side, in one run.
+"""The benchmark: every configuration through the same loaded pair, interleaved, on the
+prompt corpus (``bench.corpus``), and the figures a report is made of.
 
-Each run starts from empty caches (a full prefill, like a new request). Speeds are
-generation speeds: tokens after the first, per second after the first token, so the
-target's prompt prefill (identical for every configuration) does not dilute the ratios;
-the draft model's own prefill comes after the first token and is counted against it.
+Each run starts from empty caches (a full prefill, like a new request). Two speeds are
+kept per run: the decode phase (tokens after the first over the time after the first
+token, so the target's prompt prefill, identical for every configuration, does not
+dilute the ratios; the draft model's own prefill comes after the first token and counts
+against it) and end to end (all tokens over the whole wall time).
+
+Ratios to target-only are taken per prompt and per repeat (the runs of one round sit
+next to each other in time, so a slow minute of the machine hits both alike), then the
+median over repeats gives one ratio per prompt, and a category's figure is the
+geometric mean over its prompts, reported with its worst prompt.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import platform
 import resource
 import statistics
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
-from edgespec.api import EdgeSpec
-from edgespec.bench.prompts import PROMPTS
-from edgespec.decoding.events import Done
+from edgespec.api import EdgeSpec, settings_from
+from edgespec.bench.corpus import CorpusPrompt
+from edgespec.decoding.controller import describe
+from edgespec.decoding.events import Done, Step
 from edgespec.runtime.model import Model
 
 
@@ -36,6 +47,7 @@ class Config:
 
 
 BASELINE = Config("target only", "none", 0)
+AUTO = Config("auto", "auto", "auto", adaptive=True)
 GREEDY = [
     BASELINE,
     Config("model γ=2", "model", 2),
@@ -44,8 +56,10 @@ GREEDY = [
     Config("ngram γ=4", "ngram", 4),
     Config("ngram γ=16", "ngram", 16),
     Config("reflow γ=4", "reflow", 4),
-    Config("auto", "auto", "auto", adaptive=True),
+    Config("copy γ=16", "copy", 16),
+    AUTO,
 ]
+DEFAULT_LABELS = ["target only", "auto", "model γ=4", "ngram γ=4", "ngram γ=16", "reflow γ=4"]
 SAMPLING_TEMPERATURE = 0.7
 SAMPLING = [
     Config("target only T=0.7", "none", 0, SAMPLING_TEMPERATURE),
@@ -53,64 +67,225 @@ SAMPLING = [
     Config("model γ=4 block T=0.7", "model", 4, SAMPLING_TEMPERATURE, "block"),
     Config("auto T=0.7", "auto", "auto", SAMPLING_TEMPERATURE, adaptive=True),
 ]
+ALL_CONFIGS = {c.label: c for c in GREEDY + SAMPLING}
+
+
+def baseline_for(config: Config) -> Config:
+    """Target-only decoding at the same temperature: the ratio's denominator."""
+    return BASELINE if config.temperature == 0 else SAMPLING[0]
+
+
+def with_baselines(configs: Iterable[Config]) -> list[Config]:
+    """``configs`` with each one's baseline in front of it: a ratio needs both."""
+    out: list[Config] = []
+    for config in configs:
+        for c in (baseline_for(config), config):
+            if c not in out:
+                out.append(c)
+    return out
 
 
 @dataclass
 class Run:
+    prompt: str  # corpus id
     category: str
     config: str
+    repeat: int
     seed: int | None
     tokens: int
-    gen_tps: float  # tokens after the first, per second after the first token
-    e2e_tps: float
+    decode_tps: float  # tokens after the first, per second after the first token
+    e2e_tps: float  # all tokens over the whole wall time, prefill included
     tau: float
     acceptance: float
     target_passes: int
     drafted: int
+    steps: dict[str, int]  # verification steps per drafter ("none": plain decoding)
     time_s: dict[str, float]
     python_share: float  # Python work outside llama.cpp, share of the time after prefill
 
     @classmethod
-    def from_done(cls, category: str, config: Config, seed: int | None, done: Done) -> Run:
+    def from_done(
+        cls, prompt: CorpusPrompt, config: Config, repeat: int, seed: int | None, done: Done, steps: Counter
+    ) -> Run:
         s = done.stats
-        after_first = s.wall_s - s.ttft_s
         decode_time = s.wall_s - s.prefill_s
         return cls(
-            category=category,
+            prompt=prompt.id,
+            category=prompt.category,
             config=config.label,
+            repeat=repeat,
             seed=seed,
             tokens=s.tokens,
-            gen_tps=(s.tokens - 1) / after_first if after_first > 0 else 0.0,
+            decode_tps=s.decode_tokens_per_second,
             e2e_tps=s.tokens_per_second,
             tau=s.tau,
             acceptance=s.acceptance_rate,
             target_passes=s.target_passes,
             drafted=s.drafted,
+            steps=dict(steps),
             time_s=s.as_dict()["time_s"],
             python_share=s.other_s / decode_time if decode_time > 0 else 0.0,
         )
 
 
+def geomean(values: Iterable[float]) -> float:
+    logs = [math.log(v) for v in values if v > 0 and not math.isnan(v)]
+    return math.exp(statistics.fmean(logs)) if logs else math.nan
+
+
+@dataclass
+class Cell:
+    """One category × configuration: what the report's tables and bars read."""
+
+    category: str
+    config: str
+    prompts: int
+    decode_tps: float  # median over every run, for reading off absolute speeds
+    decode_ratio: float  # geometric mean over prompts of the per-prompt ratio to target-only
+    decode_worst: tuple[str, float]  # (prompt id, its ratio)
+    decode_spread: tuple[float, float]  # min–max of the per-repeat geometric means
+    e2e_ratio: float
+    e2e_worst: tuple[str, float]
+    e2e_spread: tuple[float, float]
+    tau: float
+    acceptance: float
+    steps: dict[str, float]  # share of verification steps per drafter
+    python_share: float
+    per_prompt: dict[str, float]  # decode-phase ratio per prompt (median over repeats)
+
+
 @dataclass
 class Report:
     runs: list[Run] = field(default_factory=list)
+    configs: list[Config] = field(default_factory=list)
     peak_rss: int = 0
     memory_budget: int = 0
     costs: str = ""
+    machine: str = ""
 
-    def median(self, category: str, config: str, attr: str) -> float:
-        """The median over repeats and seeds: this machine's speed jitters by ±10 %, and a
-        median is not dragged by one disturbed run."""
-        values = [getattr(r, attr) for r in self.runs if r.category == category and r.config == config]
-        return statistics.median(values) if values else math.nan
+    def run_of(self, prompt: str, config: str, repeat: int) -> Run | None:
+        for run in self.runs:
+            if run.prompt == prompt and run.config == config and run.repeat == repeat:
+                return run
+        return None
+
+    def prompt_ratios(self, prompt: str, config: Config, attr: str) -> list[float]:
+        """Ratios to target-only for one prompt, one per repeat: each against the baseline
+        run of the same repeat."""
+        base = baseline_for(config).label
+        ratios = []
+        for run in self.runs:
+            if run.prompt != prompt or run.config != config.label:
+                continue
+            ref = self.run_of(prompt, base, run.repeat)
+            value = getattr(run, attr)
+            if ref is not None and getattr(ref, attr) > 0:
+                ratios.append(value / getattr(ref, attr))
+        return ratios
+
+    def prompt_ratio(self, prompt: str, config: Config, attr: str = "decode_tps") -> float:
+        """The median over repeats: this machine's speed jitters by ±10 %, and a median is
+        not dragged by one disturbed run."""
+        ratios = self.prompt_ratios(prompt, config, attr)
+        return statistics.median(ratios) if ratios else math.nan
+
+    def prompts_of(self, category: str) -> list[str]:
+        return list(dict.fromkeys(r.prompt for r in self.runs if r.category == category))
+
+    def categories(self) -> list[str]:
+        return list(dict.fromkeys(r.category for r in self.runs))
+
+    def cell(self, category: str, config: Config) -> Cell | None:
+        runs = [r for r in self.runs if r.category == category and r.config == config.label]
+        if not runs:
+            return None
+        prompts = self.prompts_of(category)
+        figures = {}
+        for attr in ("decode_tps", "e2e_tps"):
+            per_prompt = {p: self.prompt_ratio(p, config, attr) for p in prompts}
+            per_prompt = {p: v for p, v in per_prompt.items() if not math.isnan(v)}
+            worst = min(per_prompt.items(), key=lambda item: item[1]) if per_prompt else ("", math.nan)
+            repeats = sorted({r.repeat for r in runs})
+            by_repeat = []
+            for k in repeats:
+                values = []
+                for p in prompts:
+                    run, ref = self.run_of(p, config.label, k), self.run_of(p, baseline_for(config).label, k)
+                    if run and ref and getattr(ref, attr) > 0:
+                        values.append(getattr(run, attr) / getattr(ref, attr))
+                if values:
+                    by_repeat.append(geomean(values))
+            spread = (min(by_repeat), max(by_repeat)) if by_repeat else (math.nan, math.nan)
+            figures[attr] = (geomean(per_prompt.values()), worst, spread, per_prompt)
+        steps: Counter = Counter()
+        for run in runs:
+            steps.update(run.steps)
+        total = sum(steps.values())
+        return Cell(
+            category=category,
+            config=config.label,
+            prompts=len({r.prompt for r in runs}),
+            decode_tps=statistics.median(r.decode_tps for r in runs),
+            decode_ratio=figures["decode_tps"][0],
+            decode_worst=figures["decode_tps"][1],
+            decode_spread=figures["decode_tps"][2],
+            e2e_ratio=figures["e2e_tps"][0],
+            e2e_worst=figures["e2e_tps"][1],
+            e2e_spread=figures["e2e_tps"][2],
+            tau=statistics.fmean(r.tau for r in runs),
+            acceptance=statistics.fmean(r.acceptance for r in runs),
+            steps={k: v / total for k, v in sorted(steps.items())} if total else {},
+            python_share=statistics.median(r.python_share for r in runs),
+            per_prompt=figures["decode_tps"][3],
+        )
+
+    def summary(self) -> dict[str, dict[str, Cell]]:
+        out: dict[str, dict[str, Cell]] = {}
+        for category in self.categories():
+            for config in self.configs:
+                cell = self.cell(category, config)
+                if cell is not None:
+                    out.setdefault(category, {})[config.label] = cell
+        return out
 
     def as_dict(self) -> dict:
-        return {
-            "runs": [asdict(r) for r in self.runs],
-            "peak_rss": self.peak_rss,
-            "memory_budget": self.memory_budget,
-            "costs": self.costs,
-        }
+        return _no_nan(  # type: ignore[return-value]
+            {
+                "machine": self.machine,
+                "costs": self.costs,
+                "configs": [asdict(c) for c in self.configs],
+                "runs": [asdict(r) for r in self.runs],
+                "summary": {
+                    category: {label: asdict(cell) for label, cell in cells.items()}
+                    for category, cells in self.summary().items()
+                },
+                "peak_rss": self.peak_rss,
+                "memory_budget": self.memory_budget,
+            }
+        )
+
+
+def _no_nan(value: object) -> object:
+    """NaN (a ratio without a baseline) as null: strict JSON readers reject NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def machine() -> str:
+    """The CPU's model name: figures from one machine say little about another."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
 def kv_cache_bytes(model: Model) -> int:
@@ -133,39 +308,40 @@ def peak_rss_bytes() -> int:
 
 def run_benchmark(
     lm: EdgeSpec,
-    categories: list[str],
+    prompts: list[CorpusPrompt],
     configs: list[Config],
     *,
     max_tokens: int,
-    seeds: list[int | None],
     repeats: int = 1,
+    seed: int = 1,
     on_run: Callable[[Run], None] = lambda run: None,
 ) -> Report:
-    """Rounds of every configuration in turn (not all runs of one, then the next), so
-    that a slow minute of the machine hits every configuration alike. Greedy runs are
-    repeated ``repeats`` times; sampling runs once per seed."""
-    report = Report()
-    rounds = max(repeats, len(seeds))
-    for category in categories:
-        prompt = lm.prompt_tokens(PROMPTS[category], chat=True)
-        for round_ in range(rounds):
-            seed = seeds[round_] if round_ < len(seeds) else None
+    """For each prompt, for each repeat, every configuration in turn (A, B, C, A, B, C …),
+    so that runs compared with each other are minutes apart at most. Sampling runs of one
+    repeat share a seed (``seed + repeat``), so they draw from the same random stream."""
+    # The cost profile is loaded or measured here, before anything is timed.
+    state = lm.controller_state()
+    report = Report(configs=list(configs), costs=describe(state.costs), machine=machine())
+    for prompt in prompts:
+        tokens = lm.prompt_tokens(prompt.text, chat=True)
+        for repeat in range(repeats):
             for config in configs:
-                if (config.temperature == 0 and round_ >= repeats) or (config.temperature and seed is None):
-                    continue
+                run_seed = seed + repeat if config.temperature else None
                 lm.target.reset()
                 if lm.draft is not None:
                     lm.draft.reset()
-                done = lm.generate(
-                    prompt,
-                    drafter=config.drafter,
-                    gamma=config.gamma,
-                    temperature=config.temperature,
-                    seed=seed if config.temperature else None,
-                    verify=config.verify,
-                    max_tokens=max_tokens,
+                settings = settings_from(
+                    temperature=config.temperature, seed=run_seed, verify=config.verify, max_tokens=max_tokens
                 )
-                run = Run.from_done(category, config, seed if config.temperature else None, done)
+                steps: Counter = Counter()
+                done = None
+                for event in lm.stream(tokens, settings, drafter=config.drafter, gamma=config.gamma):
+                    if isinstance(event, Step):
+                        steps[event.drafter] += 1
+                    elif isinstance(event, Done):
+                        done = event
+                assert done is not None
+                run = Run.from_done(prompt, config, repeat, run_seed, done, steps)
                 report.runs.append(run)
                 on_run(run)
     report.peak_rss = peak_rss_bytes()

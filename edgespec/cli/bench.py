@@ -1,8 +1,10 @@
-"""``edgespec bench``: speculative configurations against target-only, side by side.
+"""``edgespec bench``: speculative configurations against target-only, on the prompt corpus.
 
-Prints one line per run as it finishes, then per category: generation tokens/s, ratio to
-target-only measured in the same run, τ, acceptance and the time split; then the bars
-the project holds itself to, each with the measured value.
+The corpus has a dev half (tune on it) and a test half (report from it; the default).
+Runs are interleaved per prompt and repeat (every configuration in turn), one line each
+on stderr as it finishes; then per category the decode-phase and end-to-end ratios to
+target-only (geometric mean over prompts, worst prompt, spread over repeats), τ, and the
+share of steps per drafter; then the bars the project holds itself to.
 """
 
 from __future__ import annotations
@@ -10,151 +12,233 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 
-from edgespec.api import EdgeSpec, RuntimeOptions
-from edgespec.bench.prompts import PROMPTS
-from edgespec.bench.runner import BASELINE, GREEDY, SAMPLING, Report, Run, run_benchmark
+from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
+from edgespec.bench.corpus import CATEGORIES, SPLITS, select
+from edgespec.bench.regimes import REGIMES, pair_for
+from edgespec.bench.runner import (
+    ALL_CONFIGS,
+    BASELINE,
+    DEFAULT_LABELS,
+    SAMPLING,
+    Cell,
+    Config,
+    Report,
+    Run,
+    machine,
+    run_benchmark,
+    with_baselines,
+)
 from edgespec.decoding.controller import describe
 from edgespec.errors import EdgespecError
+
+# A ratio on a very short answer is mostly noise (prefill of the draft, the first steps).
+MIN_TOKENS_FOR_PROMPT = 64
 
 
 def add_parser(subparsers) -> None:
     bench = subparsers.add_parser("bench", help="benchmark drafters against target-only decoding")
-    bench.add_argument("--target", default="default")
-    bench.add_argument("--draft", default="default")
-    bench.add_argument("--categories", nargs="+", choices=list(PROMPTS), default=list(PROMPTS), metavar="CAT",
-                       help=f"prompt categories (default: all of {', '.join(PROMPTS)})")  # fmt: skip
-    bench.add_argument("--max-tokens", type=int, default=192, help="tokens per run (default 192)")
-    bench.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds for sampling runs")
-    bench.add_argument("--repeats", type=int, default=3, help="runs of each greedy configuration")
-    bench.add_argument("--no-sampling", action="store_true", help="skip the temperature 0.7 runs")
-    bench.add_argument("--greedy-only-configs", nargs="+", default=None, metavar="LABEL",
-                       help="run only these greedy configurations (labels as printed)")  # fmt: skip
+    bench.add_argument("--regime", choices=list(REGIMES), default="cpu",
+                       help="cpu: the pair as shipped; f16: the target re-quantized to F16, a stand-in "
+                            "for GPUs (converted once, cached)")  # fmt: skip
+    bench.add_argument("--target", default="default", help="catalog name or GGUF path")
+    bench.add_argument("--draft", default="default", help="catalog name or GGUF path")
+    bench.add_argument("--split", choices=SPLITS, default="test",
+                       help="corpus half: dev (tune on it), test (report from it; default), all")  # fmt: skip
+    bench.add_argument("--categories", nargs="+", default=None, metavar="CAT",
+                       help=f"prompt categories (default: all of {', '.join(CATEGORIES)})")  # fmt: skip
+    bench.add_argument("--prompts", nargs="+", default=None, metavar="ID",
+                       help="run only these corpus prompts (ids as printed), any split")  # fmt: skip
+    bench.add_argument("--configs", nargs="+", default=None, metavar="LABEL",
+                       help=f"configurations (default: {', '.join(DEFAULT_LABELS)}; "
+                            f"known: {', '.join(ALL_CONFIGS)})")  # fmt: skip
+    bench.add_argument("--sampling", action="store_true",
+                       help=f"also run the sampling set at T={SAMPLING[0].temperature}")  # fmt: skip
+    bench.add_argument("--seed", type=int, default=1, help="seed of the first repeat's sampling runs")
+    bench.add_argument("--repeats", type=int, default=1, help="runs of each configuration per prompt")
+    bench.add_argument("--max-tokens", type=int, default=128, help="tokens per run (default 128)")
     bench.add_argument("--ctx", type=int, default=4096)
     bench.add_argument("--threads", type=int, default=None)
     bench.add_argument("--n-gpu-layers", type=int, default=-1)
     bench.add_argument("--n-gpu-layers-draft", type=int, default=-1)
-    bench.add_argument("--json", metavar="FILE", help="also write every run as JSON")
+    bench.add_argument("--json", metavar="FILE", help="also write every run and the summary as JSON")
     bench.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def configs_from(args: argparse.Namespace) -> list[Config]:
+    labels = args.configs or DEFAULT_LABELS
+    unknown = [label for label in labels if label not in ALL_CONFIGS]
+    if unknown:
+        raise EdgespecError(f"unknown configuration {unknown[0]!r} (known: {', '.join(ALL_CONFIGS)})")
+    configs = [ALL_CONFIGS[label] for label in labels]
+    if args.sampling:
+        configs += [c for c in SAMPLING if c not in configs]
+    return with_baselines(configs)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Reject bad values before loading gigabytes of model."""
     if args.max_tokens < 2:
-        raise EdgespecError("bench needs --max-tokens of at least 2")
+        raise EdgespecError(f"bench needs --max-tokens of at least 2 (got {args.max_tokens})")
     if args.repeats < 1:
-        raise EdgespecError("bench needs --repeats of at least 1")
+        raise EdgespecError(f"bench needs --repeats of at least 1 (got {args.repeats})")
+    if args.ctx < 16:
+        raise EdgespecError(f"context length must be at least 16 tokens (got {args.ctx})")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_args(args)
+    prompts = select(args.split, args.categories, args.prompts)
+    if not prompts:
+        raise EdgespecError("no corpus prompt matches these --prompts and --categories")
+    configs = configs_from(args)
+    pair = pair_for(args.regime, args.target, args.draft)
+    needs_draft = any(c.drafter in ("model", "auto") for c in configs)
     lm = EdgeSpec(
-        args.target,
-        args.draft,
+        pair.target,
+        pair.draft if needs_draft else None,
         RuntimeOptions(
             n_ctx=args.ctx,
             threads=args.threads,
             n_gpu_layers=args.n_gpu_layers,
             n_gpu_layers_draft=args.n_gpu_layers_draft,
-            max_gamma=32,
+            # As in `generate`: auto may draft a long copy in one verification.
+            max_gamma=max([DEFAULT_MAX_GAMMA] + [c.gamma for c in configs if isinstance(c.gamma, int)]),
         ),
     )
-    state = lm.controller_state()  # warm-up happens here, outside every measurement
-    greedy = GREEDY
-    if args.greedy_only_configs:
-        greedy = [c for c in GREEDY if c.label in args.greedy_only_configs or c is BASELINE]
-    configs = greedy + ([] if args.no_sampling else SAMPLING)
-    print(f"target {lm.target.name}, draft {lm.draft.name if lm.draft else 'none'}; "
-          f"measured costs: {describe(state.costs)}", flush=True)  # fmt: skip
+    print(f"edgespec bench: regime {args.regime}, split {args.split}, {len(prompts)} prompts × "
+          f"{len(configs)} configurations × {args.repeats} repeats, {args.max_tokens} tokens")  # fmt: skip
+    state = lm.controller_state()  # measured (or loaded) here, before the header and every run
+    print(f"machine: {machine()}")
+    print(f"target {lm.target.name}, draft {lm.draft.name if lm.draft else 'none'}")
+    print(f"measured costs: {describe(state.costs)}", flush=True)
     report = run_benchmark(
         lm,
-        args.categories,
+        prompts,
         configs,
         max_tokens=args.max_tokens,
-        seeds=args.seeds,
         repeats=args.repeats,
-        on_run=_print_run,
+        seed=args.seed,
+        on_run=print_run,
     )
-    report.costs = describe(state.costs)
-    print_report(report, args.categories, greedy, [] if args.no_sampling else SAMPLING)
+    bars = print_report(report, regime=args.regime)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report.as_dict(), fh, indent=1)
+        record = {
+            "regime": args.regime,
+            "split": args.split,
+            "max_tokens": args.max_tokens,
+            "repeats": args.repeats,
+            "target": lm.target.name,
+            "draft": lm.draft.name if lm.draft else None,
+            **report.as_dict(),
+            "bars": [{"pass": ok, "text": text} for ok, text in bars],
+        }
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1, ensure_ascii=False)
     return 0
 
 
-def _print_run(run: Run) -> None:
-    seed = f" seed {run.seed}" if run.seed is not None else ""
-    print(f"  {run.category:<18} {run.config:<24}{seed:<8} {run.gen_tps:6.2f} tok/s  τ {run.tau:5.2f}  "
-          f"acc {run.acceptance:4.0%}", file=sys.stderr, flush=True)  # fmt: skip
+def print_run(run: Run) -> None:
+    steps = " ".join(f"{k}:{v}" for k, v in sorted(run.steps.items()))
+    print(f"  {run.prompt:<26} #{run.repeat} {run.config:<22} decode {run.decode_tps:6.2f} tok/s  "
+          f"e2e {run.e2e_tps:6.2f}  τ {run.tau:5.2f}  acc {run.acceptance:4.0%}  {run.tokens:4d} tok  "
+          f"steps {steps}", file=sys.stderr, flush=True)  # fmt: skip
 
 
-def _ratio(report: Report, category: str, label: str, baseline: str) -> float:
-    return report.median(category, label, "gen_tps") / report.median(category, baseline, "gen_tps")
+def _fmt(x: float) -> str:
+    return "   –" if math.isnan(x) else f"{x:4.2f}"
 
 
-def print_report(report: Report, categories: list[str], greedy, sampling) -> None:
-    header = (f"{'configuration':<24} {'tok/s':>7} {'×target':>8} {'τ':>6} {'accept':>7} "
-              f"{'prefill':>8} {'draft':>7} {'verify':>7} {'other':>7} {'py%':>5}")  # fmt: skip
-    for category in categories:
-        print(f"\n== {category} ==")
-        print(header)
-        for configs in (greedy, sampling):
-            if not configs:
-                continue
-            base = configs[0].label
-            for config in configs:
-                runs = [r for r in report.runs if r.category == category and r.config == config.label]
-                if not runs:
-                    continue
-                split = {k: statistics.fmean(r.time_s[k] for r in runs) for k in runs[0].time_s}
-                print(f"{config.label:<24} {report.median(category, config.label, 'gen_tps'):7.2f} "
-                      f"{_ratio(report, category, config.label, base):8.2f} "
-                      f"{report.median(category, config.label, 'tau'):6.2f} "
-                      f"{report.median(category, config.label, 'acceptance'):7.0%} "
-                      f"{split['prefill']:8.2f} {split['draft']:7.2f} {split['verify']:7.2f} "
-                      f"{split['other']:7.3f} "
-                      f"{100 * report.median(category, config.label, 'python_share'):5.1f}")  # fmt: skip
-    print("\n== overall (geometric mean of per-category ratios to target-only) ==")
-    for configs in (greedy, sampling):
-        for config in configs[1:]:
-            ratios = [_ratio(report, c, config.label, configs[0].label) for c in categories]
-            ratios = [r for r in ratios if r > 0 and not math.isnan(r)]
-            if ratios:
-                print(f"{config.label:<24} ×{math.exp(statistics.fmean(map(math.log, ratios))):.2f}")
-    print_bars(report, categories, greedy, sampling)
+def print_report(report: Report, *, regime: str = "cpu") -> list[tuple[bool, str]]:
+    summary = report.summary()
+    print(f"\nmachine: {report.machine}\nmeasured costs: {report.costs}")
+    print("ratios to target-only at the same temperature: geometric mean over prompts (spread over repeats), "
+          "worst prompt")  # fmt: skip
+    for category, cells in summary.items():
+        print(f"\n== {category} ({max(c.prompts for c in cells.values())} prompts) ==")
+        print(f"{'configuration':<22} {'decode':>7} {'×target':>8} {'spread':>11} {'worst':>30} "
+              f"{'e2e ×':>6} {'worst':>30} {'τ':>5}  steps")  # fmt: skip
+        for label, cell in cells.items():
+            steps = " ".join(f"{k} {v:.0%}" for k, v in cell.steps.items())
+            is_base = label in (BASELINE.label, SAMPLING[0].label)  # its ratios are 1 by definition
+            worst = "" if is_base else f"{cell.decode_worst[0]} {_fmt(cell.decode_worst[1])}"
+            e2e_worst = "" if is_base else f"{cell.e2e_worst[0]} {_fmt(cell.e2e_worst[1])}"
+            spread = "" if is_base else f"{_fmt(cell.decode_spread[0])}–{_fmt(cell.decode_spread[1])}"
+            print(
+                f"{label:<22} {cell.decode_tps:7.2f} {_fmt(cell.decode_ratio):>8} {spread:>11} "
+                f"{worst:>30} {_fmt(cell.e2e_ratio):>6} {e2e_worst:>30} {cell.tau:5.2f}  {steps}"
+            )
+    return print_bars(report, summary, regime=regime)
 
 
-def print_bars(report: Report, categories: list[str], greedy, sampling) -> None:
-    print("\n== bars ==")
+Bar = tuple[bool, str]
+
+
+def _min_tokens(report: Report, prompt: str, config: str) -> int:
+    return min((r.tokens for r in report.runs if r.prompt == prompt and r.config == config), default=0)
+
+
+def bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "cpu") -> list[Bar]:
+    """Issue 13's bars, all on decode-phase ratios to target-only."""
+    out: list[Bar] = []
 
     def bar(ok: bool, text: str) -> None:
-        print(f"[{'pass' if ok else 'FAIL'}] {text}")
+        out.append((bool(ok), text))
 
-    labels = {c.label for c in greedy}
-    if "auto" in labels:
-        for category in categories:
-            r = _ratio(report, category, "auto", BASELINE.label)
-            fixed = {c.label: _ratio(report, category, c.label, BASELINE.label) for c in greedy if c.fixed}
-            best_label = max(fixed, key=fixed.get)
-            bar(r >= 0.97, f"{category}: auto ×{r:.2f} of target-only (bar ≥ 0.97)")
-            if category in ("code editing", "summarization"):
-                bar(r >= 1.3, f"{category}: auto ×{r:.2f} (bar ≥ 1.30)")
-            bar(r >= 0.9 * fixed[best_label],
-                f"{category}: auto within 10 % of the best fixed configuration "
-                f"({best_label} ×{fixed[best_label]:.2f}; auto ×{r:.2f})")  # fmt: skip
-    if "model γ=4" in labels and "code writing" in categories:
-        r = _ratio(report, "code writing", "model γ=4", BASELINE.label)
-        bar(r >= 0.85, f"code writing: model γ=4 greedy ×{r:.2f} of target-only (bar ≥ 0.85)")
-    shares = [report.median(c, cfg.label, "python_share") for c in categories for cfg in greedy + sampling]
-    shares = [s for s in shares if not math.isnan(s)]
-    if shares:
-        worst = max(shares)
-        bar(worst <= 0.03, f"Python work outside llama.cpp: at most {100 * worst:.1f} % of step time "
-                           "(median per configuration; bar ≤ 3 %)")  # fmt: skip
-    if sampling:
-        token = [r.tau for r in report.runs if r.config == "model γ=4 token T=0.7"]
-        block = [r.tau for r in report.runs if r.config == "model γ=4 block T=0.7"]
-        if token and block:
-            t, b = statistics.fmean(token), statistics.fmean(block)
-            bar(b > t, f"block verification τ {b:.3f} vs token verification τ {t:.3f} at T=0.7 (bar: above)")
-    ratio = report.peak_rss / report.memory_budget
-    bar(ratio <= 1.15, f"peak memory {report.peak_rss / 1e9:.2f} GB = {ratio:.2f} × (model files + KV caches "
-                       f"{report.memory_budget / 1e9:.2f} GB) (bar ≤ 1.15)")  # fmt: skip
+    for category, cells in summary.items():
+        cell = cells.get("auto")
+        if cell is None:
+            continue
+        r = cell.decode_ratio
+        bar(r >= 0.97, f"{category}: auto ×{r:.2f} of target-only (geometric mean; bar ≥ 0.97)")
+        long_prompts = {
+            p: v
+            for p, v in cell.per_prompt.items()
+            if _min_tokens(report, p, "auto") >= MIN_TOKENS_FOR_PROMPT
+        }
+        low = {p: v for p, v in long_prompts.items() if v < 0.97}
+        for prompt, ratio in low.items():
+            bar(False, f"{prompt}: auto ×{ratio:.2f} of target-only (bar ≥ 0.97 on every prompt)")
+        if long_prompts and not low:
+            worst = min(long_prompts, key=lambda p: long_prompts[p])
+            n, worst_text = len(long_prompts), f"worst {worst} ×{long_prompts[worst]:.2f}"
+            bar(
+                True,
+                f"{category}: auto ≥ 0.97× on all {n} prompts of ≥ {MIN_TOKENS_FOR_PROMPT} tokens "
+                f"({worst_text})",
+            )
+        floor = {"code editing": 1.3, "summarization": 1.15, "rag": 1.15}.get(category)
+        if floor is not None:
+            bar(r >= floor, f"{category}: auto ×{r:.2f} (geometric mean; bar ≥ {floor:.2f})")
+        if regime == "f16":
+            fixed = {
+                label: c.decode_ratio
+                for label, c in cells.items()
+                if ALL_CONFIGS[label].fixed
+                and ALL_CONFIGS[label].temperature == 0
+                and label != BASELINE.label
+            }
+            if fixed:
+                best = max(fixed, key=lambda label: fixed[label])
+                bar(r >= 0.9 * fixed[best], f"{category}: auto ×{r:.2f} within 10 % of the best fixed "
+                                            f"configuration ({best} ×{fixed[best]:.2f})")  # fmt: skip
+            if category == "open chat":
+                bar(r >= 1.2, f"open chat (f16): auto ×{r:.2f} (bar ≥ 1.20)")
+    cell = summary.get("code writing", {}).get("model γ=4")
+    if cell is not None:
+        r = cell.decode_ratio
+        bar(r >= 0.85, f"code writing: model γ=4 ×{r:.2f} of target-only (bar ≥ 0.85)")
+    if report.memory_budget:
+        ratio = report.peak_rss / report.memory_budget
+        bar(ratio <= 1.15, f"peak memory {report.peak_rss / 1e9:.2f} GB = {ratio:.2f} × (model files + KV "
+                           f"caches {report.memory_budget / 1e9:.2f} GB) (bar ≤ 1.15)")  # fmt: skip
+    return out
+
+
+def print_bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "cpu") -> list[Bar]:
+    found = bars(report, summary, regime=regime)
+    print("\n== bars (decode-phase ratios) ==")
+    for ok, text in found:
+        print(f"[{'pass' if ok else 'FAIL'}] {text}")
+    return found

@@ -175,7 +175,9 @@ def run_generate(args: argparse.Namespace) -> int:
 def summary_line(done: Done) -> str:
     s = done.stats
     return (
-        f"[{s.tokens} tokens, {s.tokens_per_second:.1f} tok/s, τ {s.tau:.2f}, "
+        # One "tok/s" for both figures: scripts and tests count answers by it.
+        f"[{s.tokens} tokens, decode {s.decode_tokens_per_second:.1f} / "
+        f"end-to-end {s.tokens_per_second:.1f} tok/s, τ {s.tau:.2f}, "
         f"accepted {s.accepted}/{s.drafted} ({100 * s.acceptance_rate:.0f}%), "
         f"ttft {s.ttft_s:.2f} s, stop: {done.stop_reason}]"
     )

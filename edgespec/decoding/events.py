@@ -69,6 +69,13 @@ class Stats:
         return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
+    def decode_tokens_per_second(self) -> float:
+        """The decode phase alone: tokens after the first over the time after the first
+        token, so a long prompt's prefill does not hide how fast the answer itself runs."""
+        after_first = self.wall_s - self.ttft_s
+        return (self.tokens - 1) / after_first if self.tokens > 1 and after_first > 0 else 0.0
+
+    @property
     def other_s(self) -> float:
         """Python work outside llama.cpp: sampling, acceptance, bookkeeping, streaming."""
         return max(0.0, self.wall_s - self.prefill_s - self.draft_s - self.verify_s)
@@ -86,6 +93,7 @@ class Stats:
             "acceptance_rate": round(self.acceptance_rate, 4),
             "tau": round(self.tau, 4),
             "tokens_per_second": round(self.tokens_per_second, 3),
+            "decode_tokens_per_second": round(self.decode_tokens_per_second, 3),
             "ttft_s": round(self.ttft_s, 4),
             "wall_s": round(self.wall_s, 4),
             "time_s": {

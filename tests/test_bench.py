@@ -1,0 +1,261 @@
+"""The benchmark: its corpus (halves, kinds, sources), the report's arithmetic, the order
+runs are made in (through the real runner and the real default pair), the F16 conversion
+behind the f16 regime (on the real SmolLM2 model), and bad input on the command line."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import statistics
+from collections import Counter
+
+import pytest
+from conftest import run_cli
+from test_models_cli import one_error_line
+
+from edgespec.api import EdgeSpec, RuntimeOptions
+from edgespec.bench.corpus import CATEGORIES, CORPUS, EDIT_KINDS, select
+from edgespec.bench.prompts import PROMPTS, REPRESENTATIVE
+from edgespec.bench.regimes import pair_for
+from edgespec.bench.runner import ALL_CONFIGS, BASELINE, Report, Run, geomean, run_benchmark, with_baselines
+from edgespec.cli.bench import bars
+from edgespec.cli.generate import summary_line
+from edgespec.decoding.events import Done, Stats
+from edgespec.errors import EdgespecError
+from edgespec.models.resolve import resolve
+from edgespec.models.store import read_stamp
+from edgespec.runtime.quantize import derived_path, quantize, source_key
+
+# -- the corpus ------------------------------------------------------------------------------
+
+
+def test_corpus_has_two_even_halves_over_every_category():
+    counts = Counter((p.category, p.split) for p in CORPUS)
+    for category in CATEGORIES:
+        assert counts[category, "dev"] + counts[category, "test"] >= 8, category
+        assert counts[category, "dev"] == counts[category, "test"], category
+    assert {p.split for p in CORPUS} == {"dev", "test"}
+    assert {p.category for p in CORPUS} == set(CATEGORIES)
+
+
+def test_corpus_ids_sources_and_texts_are_sound():
+    ids = [p.id for p in CORPUS]
+    assert len(ids) == len(set(ids))
+    assert all(p.source.strip() and "edgespec" in p.source for p in CORPUS)
+    texts = [p.text.strip() for p in CORPUS]
+    assert len(texts) == len(set(texts))
+    # Short enough for a 2-core CPU: 700 tokens is about 2,800 characters of English.
+    assert all(40 <= len(p.text) <= 2800 for p in CORPUS), [p.id for p in CORPUS if len(p.text) > 2800]
+
+
+def test_code_editing_covers_every_kind_in_both_halves_and_several_languages():
+    edits = [p for p in CORPUS if p.category == "code editing"]
+    for split in ("dev", "test"):
+        assert {p.kind for p in edits if p.split == split} == set(EDIT_KINDS), split
+    languages = {p.text.split("```", 1)[1].split("\n", 1)[0] for p in edits}
+    assert "python" in languages and len(languages - {"python"}) >= 2, languages
+    assert all(not p.kind for p in CORPUS if p.category != "code editing")
+
+
+def test_representative_prompts_come_from_the_dev_half():
+    assert set(PROMPTS) == set(CATEGORIES)
+    by_id = {p.id: p for p in CORPUS}
+    for category, pid in REPRESENTATIVE.items():
+        assert by_id[pid].split == "dev" and by_id[pid].category == category
+        assert PROMPTS[category] == by_id[pid].text
+
+
+def test_select_by_split_category_and_id():
+    test_half = select("test")
+    assert test_half and all(p.split == "test" for p in test_half)
+    assert len(select("all")) == len(CORPUS)
+    rag = select("dev", ["rag"])
+    assert rag and all(p.category == "rag" and p.split == "dev" for p in rag)
+    picked = select("test", None, ["math-bakery-1", "edit-rename-js-1"])
+    assert [p.id for p in picked] == ["math-bakery-1", "edit-rename-js-1"]  # ids pick across splits
+    with pytest.raises(EdgespecError, match="unknown prompt id"):
+        select("test", None, ["no-such-prompt"])
+    with pytest.raises(EdgespecError, match="unknown category"):
+        select("test", ["poetry"])
+
+
+# -- the report's arithmetic, on synthetic runs ------------------------------------------------
+
+
+def make_run(prompt: str, config: str, repeat: int, decode: float, e2e: float = 10.0, tokens: int = 100,
+             category: str = "code editing") -> Run:  # fmt: skip
+    return Run(
+        prompt=prompt,
+        category=category,
+        config=config,
+        repeat=repeat,
+        seed=None,
+        tokens=tokens,
+        decode_tps=decode,
+        e2e_tps=e2e,
+        tau=1.0,
+        acceptance=0.0,
+        target_passes=tokens - 1,
+        drafted=0,
+        steps={"none": tokens - 1} if config == BASELINE.label else {"ngram": 10, "none": tokens - 11},
+        time_s={},
+        python_share=0.0,
+    )
+
+
+def synthetic_report() -> Report:
+    auto = ALL_CONFIGS["auto"]
+    report = Report(configs=[BASELINE, auto])
+    # Prompt a: the baseline is faster in repeat 1; ratios are 2.0, 1.0, 1.5 → median 1.5.
+    # Prompt b: ratios 0.5 and 0.5 (the baseline runs differ, the ratios do not).
+    speeds = {
+        ("a", 0): (10.0, 20.0),
+        ("a", 1): (20.0, 20.0),
+        ("a", 2): (10.0, 15.0),
+        ("b", 0): (10.0, 5.0),
+        ("b", 1): (8.0, 4.0),
+        ("b", 2): (12.0, 6.0),
+    }
+    for (prompt, repeat), (base, fast) in speeds.items():
+        report.runs.append(make_run(prompt, BASELINE.label, repeat, base))
+        report.runs.append(make_run(prompt, "auto", repeat, fast, e2e=12.0))
+    return report
+
+
+def test_ratios_pair_runs_of_the_same_prompt_and_repeat():
+    report = synthetic_report()
+    auto = ALL_CONFIGS["auto"]
+    assert report.prompt_ratios("a", auto, "decode_tps") == [2.0, 1.0, 1.5]
+    assert report.prompt_ratio("a", auto) == 1.5  # the median over repeats
+    assert report.prompt_ratio("b", auto) == 0.5
+    cell = report.summary()["code editing"]["auto"]
+    assert cell.decode_ratio == pytest.approx(math.sqrt(1.5 * 0.5))
+    assert cell.decode_worst == ("b", 0.5)
+    # Per repeat: sqrt(2·0.5) = 1, sqrt(1·0.5), sqrt(1.5·0.5); the spread is their range.
+    assert cell.decode_spread == pytest.approx((math.sqrt(0.5), 1.0))
+    assert cell.e2e_ratio == pytest.approx(1.2)
+    assert cell.steps == pytest.approx({"ngram": 60 / 594, "none": 534 / 594})
+    baseline = report.summary()["code editing"][BASELINE.label]
+    assert baseline.decode_ratio == pytest.approx(1.0)
+
+
+def test_geomean_skips_missing_values():
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([4.0, math.nan]) == pytest.approx(4.0)
+    assert math.isnan(geomean([]))
+
+
+def test_bars_name_the_slow_prompt_and_the_category():
+    report = synthetic_report()
+    found = bars(report, report.summary())
+    failed = [text for ok, text in found if not ok]
+    assert any(text.startswith("code editing: auto ×0.87") and "0.97" in text for text in failed)
+    assert any(text.startswith("b: auto ×0.50") for text in failed)  # a long answer, far below
+    assert not any(text.startswith("a:") for text in failed)
+    # In the f16 regime the open-chat and best-fixed bars come in; here only auto ran.
+    chat = synthetic_report()
+    for run in chat.runs:
+        run.category = "open chat"
+    chat_bars = [text for _, text in bars(chat, chat.summary(), regime="f16")]
+    assert any(text.startswith("open chat (f16): auto") for text in chat_bars)
+
+
+def test_baselines_are_added_for_every_temperature():
+    labels = [c.label for c in with_baselines([ALL_CONFIGS["auto"], ALL_CONFIGS["auto T=0.7"]])]
+    assert labels == ["target only", "auto", "target only T=0.7", "auto T=0.7"]
+
+
+def test_decode_phase_speed_leaves_out_the_first_token():
+    stats = Stats(tokens=11, wall_s=3.0, ttft_s=1.0)
+    assert stats.decode_tokens_per_second == pytest.approx(5.0)
+    assert stats.tokens_per_second == pytest.approx(11 / 3)
+    assert stats.as_dict()["decode_tokens_per_second"] == 5.0
+    assert Stats(tokens=1, wall_s=1.0, ttft_s=1.0).decode_tokens_per_second == 0.0
+    line = summary_line(Done(text="x", tail="", stats=stats, stop_reason="eos"))
+    assert "decode 5.0" in line and "end-to-end 3.7 tok/s" in line
+
+
+# -- the real runner ------------------------------------------------------------------------------
+
+
+def test_runner_interleaves_configurations_and_compares_like_with_like(pair):
+    prompt = select("all", None, ["math-bakery-1"])
+    configs = [BASELINE, ALL_CONFIGS["ngram γ=4"]]
+    seen: list[tuple[str, int, str]] = []
+    report = run_benchmark(
+        pair,
+        prompt,
+        configs,
+        max_tokens=8,
+        repeats=2,
+        on_run=lambda r: seen.append((r.prompt, r.repeat, r.config)),
+    )
+    assert seen == [
+        ("math-bakery-1", 0, "target only"),
+        ("math-bakery-1", 0, "ngram γ=4"),
+        ("math-bakery-1", 1, "target only"),
+        ("math-bakery-1", 1, "ngram γ=4"),
+    ]
+    assert [(r.prompt, r.repeat, r.config) for r in report.runs] == seen
+    for run in report.runs:
+        assert 2 <= run.tokens <= 8 and run.decode_tps > 0 and run.e2e_tps > 0
+        assert sum(run.steps.values()) == run.target_passes  # one Step event per target pass
+        assert run.decode_tps > run.e2e_tps  # the prefill is left out of the decode phase
+    base, ngram = report.runs[0::2], report.runs[1::2]
+    expected = [n.decode_tps / b.decode_tps for b, n in zip(base, ngram, strict=True)]
+    assert report.prompt_ratios("math-bakery-1", configs[1], "decode_tps") == pytest.approx(expected)
+    cell = report.summary()["math reasoning"]["ngram γ=4"]
+    # One prompt: the geometric mean is that prompt's median ratio over the repeats.
+    assert cell.decode_ratio == pytest.approx(statistics.median(expected))
+    assert report.costs and report.machine
+
+
+# -- the F16 conversion ------------------------------------------------------------------------------
+
+
+def test_f16_copy_is_cached_keyed_by_the_source_and_decodes(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    cached = resolve("smollm2-135m", quiet=True).path
+    stamp = read_stamp(cached)
+    if stamp is not None and stamp.matches(cached):
+        assert source_key(cached) == stamp.sha256[:12]  # the verified checksum, not a re-hash
+    source = tmp_path / "smol.gguf"
+    shutil.copyfile(cached, source)
+    first = quantize(source, quiet=True)
+    assert first == derived_path(source) and first.is_file()
+    assert first.parent == tmp_path / "home" / "models" / "derived"
+    assert not [p for p in first.parent.iterdir() if p.name.endswith(".tmp")]
+    assert quantize(source, quiet=True) == first  # cached: no second conversion
+    st = source.stat()
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the source "changed"
+    assert derived_path(source) != first
+    lm = EdgeSpec(str(first), None, RuntimeOptions(n_ctx=256), quiet=True)
+    try:
+        done = lm.generate("The capital of France is", drafter="none", gamma=0, max_tokens=4)
+        assert done.stats.tokens >= 1 and done.text
+    finally:
+        lm.close()
+
+
+def test_cpu_regime_loads_what_it_was_given():
+    pair = pair_for("cpu", "a.gguf", "b.gguf")
+    assert (pair.target, pair.draft) == ("a.gguf", "b.gguf")
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--max-tokens", "1"], "--max-tokens of at least 2"),
+        (["--repeats", "0"], "--repeats of at least 1"),
+        (["--prompts", "no-such-prompt"], "unknown prompt id 'no-such-prompt'"),
+        (["--configs", "model γ=99"], "unknown configuration 'model γ=99'"),
+        (["--categories", "poetry"], "unknown category 'poetry'"),
+        (["--split", "half"], "invalid choice"),
+    ],
+)
+def test_bench_bad_input_is_one_line(args, fragment):
+    one_error_line(run_cli("bench", *args, timeout=120), fragment)

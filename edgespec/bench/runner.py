@@ -17,19 +17,23 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import resource
 import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from edgespec.api import EdgeSpec, settings_from
 from edgespec.bench.corpus import CorpusPrompt
+from edgespec.bench.llamacpp import run_ngram_simple
 from edgespec.decoding.controller import describe
 from edgespec.decoding.events import Done, Step
-from edgespec.runtime.model import Model
+from edgespec.errors import EdgespecError
+from edgespec.runtime.chat_template import render
+from edgespec.runtime.model import Model, default_threads
+from edgespec.runtime.system import cpu_model
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,9 @@ class Config:
 
 BASELINE = Config("target only", "none", 0)
 AUTO = Config("auto", "auto", "auto", adaptive=True)
+# llama.cpp's own prompt-lookup speculation (llama-speculative-simple --spec-type
+# ngram-simple), run as a separate process on the same model file and prompt.
+LLAMACPP = Config("llama.cpp ngram-simple", "llama.cpp", 0)
 GREEDY = [
     BASELINE,
     Config("model γ=2", "model", 2),
@@ -67,7 +74,7 @@ SAMPLING = [
     Config("model γ=4 block T=0.7", "model", 4, SAMPLING_TEMPERATURE, "block"),
     Config("auto T=0.7", "auto", "auto", SAMPLING_TEMPERATURE, adaptive=True),
 ]
-ALL_CONFIGS = {c.label: c for c in GREEDY + SAMPLING}
+ALL_CONFIGS = {c.label: c for c in [*GREEDY, LLAMACPP, *SAMPLING]}
 
 
 def baseline_for(config: Config) -> Config:
@@ -278,14 +285,7 @@ def _no_nan(value: object) -> object:
 
 def machine() -> str:
     """The CPU's model name: figures from one machine say little about another."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def kv_cache_bytes(model: Model) -> int:
@@ -306,6 +306,31 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+def _llamacpp_run(lm: EdgeSpec, binary: Path, prompt: CorpusPrompt, repeat: int, max_tokens: int) -> Run:
+    """The same prompt through llama.cpp's own n-gram speculation (its decode phase)."""
+    text = render(lm.target, [{"role": "user", "content": prompt.text}])
+    threads = lm.target.options.n_threads or default_threads()
+    ref = run_ngram_simple(binary, lm.target.path, text, max_tokens, threads, ctx=lm.target.n_ctx)
+    passes = max(ref.tokens - ref.accepted - 1, 1)  # one target token per verification
+    return Run(
+        prompt=prompt.id,
+        category=prompt.category,
+        config=LLAMACPP.label,
+        repeat=repeat,
+        seed=None,
+        tokens=ref.tokens,
+        decode_tps=ref.decode_tps,
+        e2e_tps=math.nan,  # llama.cpp's prefill is not comparable with ours: decode phase only
+        tau=(ref.tokens - 1) / passes,
+        acceptance=ref.accepted / ref.drafted if ref.drafted else 0.0,
+        target_passes=passes,
+        drafted=ref.drafted,
+        steps={},
+        time_s={},
+        python_share=math.nan,
+    )
+
+
 def run_benchmark(
     lm: EdgeSpec,
     prompts: list[CorpusPrompt],
@@ -315,6 +340,7 @@ def run_benchmark(
     repeats: int = 1,
     seed: int = 1,
     on_run: Callable[[Run], None] = lambda run: None,
+    llamacpp: Path | None = None,
 ) -> Report:
     """For each prompt, for each repeat, every configuration in turn (A, B, C, A, B, C …),
     so that runs compared with each other are minutes apart at most. Sampling runs of one
@@ -326,6 +352,13 @@ def run_benchmark(
         tokens = lm.prompt_tokens(prompt.text, chat=True)
         for repeat in range(repeats):
             for config in configs:
+                if config == LLAMACPP:
+                    if llamacpp is None:
+                        raise EdgespecError("the llama.cpp configuration needs the tool's path (--llamacpp)")
+                    run = _llamacpp_run(lm, llamacpp, prompt, repeat, max_tokens)
+                    report.runs.append(run)
+                    on_run(run)
+                    continue
                 run_seed = seed + repeat if config.temperature else None
                 lm.target.reset()
                 if lm.draft is not None:

@@ -13,14 +13,17 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
+from edgespec.bench import llamacpp
 from edgespec.bench.corpus import CATEGORIES, SPLITS, select
 from edgespec.bench.regimes import REGIMES, pair_for
 from edgespec.bench.runner import (
     ALL_CONFIGS,
     BASELINE,
     DEFAULT_LABELS,
+    LLAMACPP,
     SAMPLING,
     Cell,
     Config,
@@ -33,6 +36,8 @@ from edgespec.bench.runner import (
 from edgespec.decoding.controller import describe
 from edgespec.errors import EdgespecError
 
+# Where answers copy from their prompt: llama.cpp's own prompt lookup is the reference there.
+COPY_HEAVY = ("code editing", "summarization", "rag")
 # A ratio on a very short answer is mostly noise (prefill of the draft, the first steps).
 MIN_TOKENS_FOR_PROMPT = 64
 
@@ -63,7 +68,23 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--n-gpu-layers", type=int, default=-1)
     bench.add_argument("--n-gpu-layers-draft", type=int, default=-1)
     bench.add_argument("--json", metavar="FILE", help="also write every run and the summary as JSON")
+    bench.add_argument("--llamacpp", nargs="?", const="default", default=None, metavar="BINARY",
+                       help="also run llama.cpp's llama-speculative-simple --spec-type ngram-simple on the "
+                            "same prompts (default: the one --llamacpp-build made)")  # fmt: skip
+    bench.add_argument("--llamacpp-build", action="store_true",
+                       help="first build llama.cpp's llama-speculative-simple (minutes)")  # fmt: skip
     bench.set_defaults(handler=run)
+
+
+def llamacpp_binary(args: argparse.Namespace) -> Path | None:
+    if args.llamacpp_build:
+        return llamacpp.build()
+    if args.llamacpp is None:
+        return None
+    binary = llamacpp.default_binary() if args.llamacpp == "default" else Path(args.llamacpp)
+    if not binary.is_file():
+        raise EdgespecError(f"no llama.cpp tool at {binary}; build it with: edgespec bench --llamacpp-build")
+    return binary
 
 
 def configs_from(args: argparse.Namespace) -> list[Config]:
@@ -93,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
     if not prompts:
         raise EdgespecError("no corpus prompt matches these --prompts and --categories")
     configs = configs_from(args)
+    binary = llamacpp_binary(args)
+    if binary is not None and LLAMACPP not in configs:
+        configs = with_baselines([*configs, LLAMACPP])
     pair = pair_for(args.regime, args.target, args.draft)
     needs_draft = any(c.drafter in ("model", "auto") for c in configs)
     lm = EdgeSpec(
@@ -121,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         seed=args.seed,
         on_run=print_run,
+        llamacpp=binary,
     )
     bars = print_report(report, regime=args.regime)
     if args.json:
@@ -217,7 +242,7 @@ def bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "
                 for label, c in cells.items()
                 if ALL_CONFIGS[label].fixed
                 and ALL_CONFIGS[label].temperature == 0
-                and label != BASELINE.label
+                and label not in (BASELINE.label, LLAMACPP.label)
             }
             if fixed:
                 best = max(fixed, key=lambda label: fixed[label])
@@ -225,6 +250,18 @@ def bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "
                                             f"configuration ({best} ×{fixed[best]:.2f})")  # fmt: skip
             if category == "open chat":
                 bar(r >= 1.2, f"open chat (f16): auto ×{r:.2f} (bar ≥ 1.20)")
+        reference = cells.get(LLAMACPP.label)
+        if reference is not None and category in COPY_HEAVY:
+            vs = r / reference.decode_ratio
+            bar(
+                vs >= 1.1,
+                f"{category}: auto ×{vs:.2f} of llama.cpp ngram-simple (geometric means; bar ≥ 1.10)",
+            )
+            for prompt, ratio in cell.per_prompt.items():
+                theirs = reference.per_prompt.get(prompt)
+                if theirs:
+                    vs = ratio / theirs
+                    bar(vs >= 1.1, f"{prompt}: auto ×{vs:.2f} of llama.cpp ngram-simple (bar ≥ 1.10)")
     cell = summary.get("code writing", {}).get("model γ=4")
     if cell is not None:
         r = cell.decode_ratio

@@ -1,0 +1,150 @@
+"""One engine, many clients: jobs run one at a time, in the order they arrived.
+
+A single worker thread owns the engine and takes jobs from a FIFO queue, so the order is
+arrival order by construction (a bare lock would let any waiter win). Each job's events
+are handed to the request's event loop as they come. A client that goes away cancels its
+job: a waiting job is skipped, a running one is stopped at its next step, and the engine
+moves on to the next job at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from edgespec.api import EdgeSpec
+from edgespec.decoding.events import Done, Event
+from edgespec.server.schemas import Job
+
+
+class QueueFull(Exception):
+    """More clients are waiting than the server was told to hold."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    job: Job
+    loop: asyncio.AbstractEventLoop
+    # Events, then None when the job is over; an Exception in place of an event means it failed.
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    position: int = 0  # jobs ahead of this one when it arrived
+    dropped: bool = False  # cancelled while waiting: no longer counted, skipped when its turn comes
+    started: bool = False
+
+    def put(self, item: Event | Exception | None) -> None:
+        # RuntimeError: the event loop is gone (server shutting down), nobody listens.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+
+
+class EngineQueue:
+    def __init__(self, lm: EdgeSpec, max_waiting: int, *, shared: bool = False):
+        """``shared``: another front end (the mounted chat app) also generates on ``lm``,
+        so a stop may only be sent while this queue's job is known to hold the engine."""
+        self.lm = lm
+        self.max_waiting = max_waiting
+        self.shared = shared
+        self._jobs: queue.SimpleQueue[Ticket | None] = queue.SimpleQueue()
+        self._guard = threading.Lock()
+        self._waiting = 0
+        self._current: Ticket | None = None
+        self._holding = False  # the current job has seen an event: it holds lm.lock
+        self._thread = threading.Thread(target=self._run, name="edgespec-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def submit(self, job: Job) -> Ticket:
+        ticket = Ticket(job, asyncio.get_running_loop())
+        with self._guard:
+            if self._waiting >= self.max_waiting and (self._current is not None or self._waiting > 0):
+                raise QueueFull(self._waiting)
+            ticket.position = self._waiting + (self._current is not None)
+            self._waiting += 1
+        self._jobs.put(ticket)
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        """The client is gone: skip or stop its job (never anyone else's)."""
+        ticket.cancelled.set()
+        with self._guard:
+            if not ticket.started and not ticket.dropped:
+                # Its place in the queue is free at once, for the next client to take.
+                ticket.dropped = True
+                self._waiting -= 1
+            elif self._current is ticket and (self._holding or not self.shared):
+                # Stops a long prefill too; the worker repeats the stop at the next event
+                # in case this one came before the engine began (it clears the flag then).
+                self.lm.stop()
+
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        """Stop the running job, drop the waiting ones; True once the worker has ended."""
+        while True:  # waiting jobs are not started any more
+            try:
+                ticket = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if ticket is not None:
+                ticket.cancelled.set()
+                ticket.put(None)
+        with self._guard:
+            if self._current is not None:
+                self._current.cancelled.set()
+                if self._holding or not self.shared:
+                    self.lm.stop()
+        self._jobs.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            ticket = self._jobs.get()
+            if ticket is None:
+                return
+            with self._guard:
+                if ticket.dropped:
+                    ticket.put(None)
+                    continue
+                ticket.started = True
+                self._waiting -= 1
+                self._current = ticket
+                self._holding = False
+            try:
+                if not ticket.cancelled.is_set():
+                    self._generate(ticket)
+            except Exception as exc:  # reported to the client; the worker must live on
+                ticket.put(exc)
+            finally:
+                with self._guard:
+                    self._current = None
+                    self._holding = False
+                ticket.put(None)
+
+    def _generate(self, ticket: Ticket) -> None:
+        job = ticket.job
+        stopped = False
+        first = True
+        for event in self.lm.stream(
+            job.tokens, job.settings, drafter=job.drafter, gamma=job.gamma, prediction=job.prediction
+        ):
+            if first:  # an event came out: this generation holds lm.lock
+                first = False
+                with self._guard:
+                    self._holding = True
+            if ticket.cancelled.is_set():
+                if not stopped and not isinstance(event, Done):
+                    self.lm.stop()  # we hold the engine: this stops our generation only
+                    stopped = True
+                continue  # drain to Done: the engine ends at its next step
+            ticket.put(event)
+            if isinstance(event, Done):
+                # The engine is about to be released: from here a stop could reach the
+                # next generation on it (the chat app's, with --ui), so none is sent.
+                with self._guard:
+                    self._holding = False

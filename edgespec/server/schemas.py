@@ -1,0 +1,316 @@
+"""Request bodies → validated generation jobs.
+
+Validation is done by hand rather than with pydantic models so that every refusal is one
+sentence naming the field, in OpenAI's error shape. What the engine cannot honour (several
+choices, tools, log probabilities, a JSON response format, penalties) is refused with a
+400, never ignored: a client that asked for it would otherwise get something else than it
+believes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgespec.api import EdgeSpec, settings_from
+from edgespec.decoding.engine import GenerationSettings
+from edgespec.decoding.policy import DRAFTER_CHOICES
+from edgespec.errors import EdgespecError
+from edgespec.server.errors import ApiError, bad_request
+
+DEFAULT_MODEL = "default"
+
+# Fields shared by both endpoints that are accepted as they are.
+_COMMON = {
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "n",
+    "stream",
+    "stream_options",
+    "prediction",
+    # edgespec's own speculation fields, named like the CLI's flags
+    "drafter",
+    "gamma",
+    "verify",
+    "lenience",
+    # bookkeeping fields that change nothing about the answer
+    "user",
+    "metadata",
+    "store",
+}
+_CHAT = _COMMON | {"messages", "max_completion_tokens", "parallel_tool_calls"}
+_TEXT = _COMMON | {"prompt"}
+
+# Fields the engine cannot honour, with the value that means "not used" (sent by some
+# clients by default, so that value is accepted).
+_UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "logit_bias": (None, {}),
+    "response_format": (None, {"type": "text"}),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "audio": (None,),
+    "modalities": (None, ["text"]),
+    "echo": (None, False),
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+    "reasoning_effort": (None,),
+    "web_search_options": (None,),
+    "service_tier": (None, "auto", "default"),
+}
+_ROLES = ("system", "developer", "user", "assistant")
+
+
+@dataclass
+class Job:
+    """One validated request, ready for the engine."""
+
+    kind: str  # "chat" or "text"
+    tokens: list[int]
+    settings: GenerationSettings
+    drafter: str
+    gamma: int | str
+    prediction: str | None
+    stream: bool
+    include_usage: bool
+    model: str
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
+            self.id = f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def parse_chat(body: Any, lm: EdgeSpec) -> Job:
+    body = _object(body)
+    _check_fields(body, _CHAT)
+    messages = _messages(body.get("messages"))
+    if "max_completion_tokens" in body and body.get("max_completion_tokens") is not None:
+        body = {**body, "max_tokens": body["max_completion_tokens"]}
+        param = "max_completion_tokens"
+    else:
+        param = "max_tokens"
+    try:
+        tokens = lm.prompt_tokens(messages, chat=True)
+    except EdgespecError as exc:
+        raise bad_request(str(exc), "messages") from None
+    return _job("chat", body, tokens, lm, max_tokens_param=param)
+
+
+def parse_completion(body: Any, lm: EdgeSpec) -> Job:
+    body = _object(body)
+    _check_fields(body, _TEXT)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]  # a batch of one: the common client shape
+    if isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
+        n_vocab = lm.target.n_vocab
+        if any(not 0 <= t < n_vocab for t in prompt):
+            raise bad_request(f"prompt token ids must be in [0, {n_vocab})", "prompt")
+        tokens = list(prompt)
+    elif isinstance(prompt, str):
+        try:
+            tokens = lm.prompt_tokens(prompt)
+        except EdgespecError as exc:
+            raise bad_request(str(exc), "prompt") from None
+    elif prompt is None:
+        raise bad_request("'prompt' is required", "prompt")
+    else:
+        raise bad_request("'prompt' must be a string (batches of prompts are not supported)", "prompt")
+    return _job("text", body, tokens, lm, max_tokens_param="max_tokens")
+
+
+def check_model(requested: Any, lm: EdgeSpec) -> str:
+    """The served name for ``requested``: the target's catalog name, its file stem, or
+    "default"/absent. Anything else is OpenAI's 404 ``model_not_found``."""
+    if requested is None or requested == DEFAULT_MODEL:
+        return lm.target.name
+    if not isinstance(requested, str):
+        raise bad_request("'model' must be a string", "model")
+    if requested in (lm.target.name, lm.target.path.stem, lm.target.path.name):
+        return lm.target.name
+    hint = f"this server answers with {lm.target.name!r}"
+    if lm.draft is not None and requested in (lm.draft.name, lm.draft.path.stem):
+        hint += f" ({requested!r} is its draft model: it only proposes tokens)"
+    raise ApiError(
+        404, f"the model {requested!r} does not exist here; {hint}", param="model", code="model_not_found"
+    )
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _object(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    return body
+
+
+def _check_fields(body: dict, allowed: set[str]) -> None:
+    for name, value in body.items():
+        if name in _UNSUPPORTED:
+            if any(value == ok and type(value) is type(ok) for ok in _UNSUPPORTED[name]) or value is None:
+                continue
+            raise bad_request(f"'{name}' is not supported by this server", name, "unsupported_parameter")
+        if name not in allowed:
+            raise bad_request(f"unknown field '{name}'", name, "unknown_parameter")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _text_content(content: Any, param: str) -> str:
+    """A message's content: a string, or a list of text parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            is_text = isinstance(part, dict) and part.get("type") == "text"
+            if not is_text or not isinstance(part.get("text"), str):
+                raise bad_request(f"'{param}' may only hold parts of type 'text'", param)
+            texts.append(part["text"])
+        return "".join(texts)
+    raise bad_request(f"'{param}' must be a string or a list of text parts", param)
+
+
+def _messages(value: Any) -> list[dict[str, str]]:
+    if value is None:
+        raise bad_request("'messages' is required", "messages")
+    if not isinstance(value, list):
+        raise bad_request("'messages' must be a list of messages", "messages")
+    if not value:
+        raise bad_request("'messages' is empty", "messages")
+    messages = []
+    for index, message in enumerate(value):
+        param = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise bad_request(f"'{param}' must be an object with 'role' and 'content'", param)
+        role = message.get("role")
+        if role not in _ROLES:
+            raise bad_request(f"'{param}.role' must be one of {', '.join(_ROLES)} (got {role!r})", param)
+        if message.get("tool_calls"):
+            raise bad_request(f"'{param}.tool_calls': tools are not supported by this server", param)
+        content = _text_content(message.get("content"), f"{param}.content")
+        # "developer" is OpenAI's newer name for the system role; chat templates know "system".
+        messages.append({"role": "system" if role == "developer" else role, "content": content})
+    if not any(m["role"] == "user" and m["content"].strip() for m in messages):
+        raise bad_request("'messages' holds no user message with text", "messages")
+    return messages
+
+
+def _prediction(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "content":
+        raise bad_request("'prediction' must be {'type': 'content', 'content': ...}", "prediction")
+    return _text_content(value.get("content"), "prediction.content") or None
+
+
+def _typed(body: dict, name: str, check, what: str, default: Any) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not check(value):
+        raise bad_request(f"'{name}' must be {what} (got {value!r})", name)
+    return value
+
+
+def _job(kind: str, body: dict, tokens: list[int], lm: EdgeSpec, *, max_tokens_param: str) -> Job:
+    model = check_model(body.get("model"), lm)
+    n_ctx = lm.target.n_ctx
+    if len(tokens) >= n_ctx:
+        raise bad_request(
+            f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}; shorten it",
+            "messages" if kind == "chat" else "prompt",
+            "context_length_exceeded",
+        )
+    n = _typed(body, "n", _is_int, "an integer", 1)
+    if n != 1:
+        raise bad_request(f"'n' must be 1: one answer per request (got {n})", "n", "unsupported_parameter")
+    stream = _typed(body, "stream", lambda v: isinstance(v, bool), "true or false", False)
+    options = _typed(body, "stream_options", lambda v: isinstance(v, dict), "an object", {})
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise bad_request("'stream_options.include_usage' must be true or false", "stream_options")
+    if options and not stream:
+        raise bad_request("'stream_options' is only allowed with 'stream': true", "stream_options")
+
+    # Without a limit the answer may fill what is left of the context.
+    max_tokens = body.get(max_tokens_param)
+    if max_tokens is None:
+        max_tokens = n_ctx - len(tokens)
+    elif not _is_int(max_tokens):
+        raise bad_request(f"'{max_tokens_param}' must be an integer (got {max_tokens!r})", max_tokens_param)
+    elif max_tokens < 1:
+        raise bad_request(f"'{max_tokens_param}' must be at least 1 (got {max_tokens})", max_tokens_param)
+
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise bad_request("'stop' must be a non-empty string or a list of them", "stop")
+
+    sampling = {
+        "temperature": _typed(body, "temperature", _is_number, "a number", 0.0),
+        "top_p": _typed(body, "top_p", _is_number, "a number", 1.0),
+        "top_k": _typed(body, "top_k", _is_int, "an integer", 0),
+        "min_p": _typed(body, "min_p", _is_number, "a number", 0.0),
+        "seed": _typed(body, "seed", _is_int, "an integer", None),
+        "lenience": _typed(body, "lenience", _is_number, "a number", 1.0),
+        "verify": _typed(body, "verify", lambda v: isinstance(v, str), "'token' or 'block'", "token"),
+    }
+    if sampling["temperature"] > 2:
+        raise bad_request(f"'temperature' must be in [0, 2] (got {sampling['temperature']})", "temperature")
+    try:
+        settings = settings_from(max_tokens=max_tokens, stop=stop, **sampling)
+    except EdgespecError as exc:
+        raise bad_request(str(exc)) from None
+
+    drafter = _typed(body, "drafter", lambda v: isinstance(v, str), "a string", "auto")
+    if drafter not in DRAFTER_CHOICES:
+        raise bad_request(
+            f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTER_CHOICES)}", "drafter"
+        )
+    if drafter == "model" and lm.draft is None:
+        raise bad_request("drafter 'model' needs a draft model, and this server runs without one", "drafter")
+    gamma = body.get("gamma", "auto")
+    max_gamma = lm.engine.max_gamma
+    if gamma != "auto" and not (_is_int(gamma) and 0 <= gamma <= max_gamma):
+        raise bad_request(
+            f"'gamma' must be 'auto' or an integer from 0 to {max_gamma} (got {gamma!r})", "gamma"
+        )
+
+    return Job(
+        kind=kind,
+        tokens=tokens,
+        settings=settings,
+        drafter=drafter,
+        gamma=gamma,
+        prediction=_prediction(body.get("prediction")),
+        stream=stream,
+        include_usage=include_usage,
+        model=model,
+    )

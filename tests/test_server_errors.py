@@ -1,0 +1,175 @@
+"""Bad requests against a real ``edgespec serve`` started with an API key: each gets its
+status code and an OpenAI error body, and the server goes on answering afterwards."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.server_fixtures import REPO, Server, serve
+
+pytestmark = pytest.mark.slow
+
+KEY = "test-key-123"
+HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with serve(api_key=KEY) as running:
+        yield running
+
+
+def post(server: Server, body: object | bytes, path: str = "/chat/completions", **headers: str):
+    content = body if isinstance(body, bytes) else None
+    return httpx.post(
+        f"{server.base_url}{path}",
+        json=None if content is not None else body,
+        content=content,
+        headers={**server.headers(), "Content-Type": "application/json", **headers},
+        timeout=120,
+    )
+
+
+def assert_error(response: httpx.Response, status: int, param: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"] and "Traceback" not in error["message"]
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+def test_health_needs_no_key(server: Server) -> None:
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+
+
+def test_health_says_loading_until_ready(server: Server) -> None:
+    # The port opens before the pair is loaded: the first answers were 503 "loading".
+    assert server.health_seen[0] == (503, {"status": "loading"})
+    assert server.health_seen[-1] == (200, {"status": "ok"})
+    assert {status for status, _ in server.health_seen} == {503, 200}
+
+
+def test_api_key_is_required(server: Server) -> None:
+    without = httpx.post(f"{server.base_url}/chat/completions", json={"messages": HELLO, "max_tokens": 4})
+    assert assert_error(without, 401)["code"] == "invalid_api_key"
+    assert_error(httpx.get(f"{server.base_url}/models"), 401)
+    wrong = httpx.get(f"{server.base_url}/models", headers={"Authorization": "Bearer nope"})
+    assert_error(wrong, 401)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.base_url, api_key="nope", max_retries=0).models.list()
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"messages": []}, "messages", "empty"),
+        ({}, "messages", "required"),
+        ({"messages": "hi"}, "messages", "list"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0]", "role"),
+        ({"messages": [{"role": "user", "content": "   "}]}, "messages", "no user message"),
+        ({"messages": HELLO, "max_tokens": 0}, "max_tokens", "at least 1"),
+        ({"messages": HELLO, "max_completion_tokens": -3}, "max_completion_tokens", "at least 1"),
+        ({"messages": HELLO, "max_tokens": "ten"}, "max_tokens", "integer"),
+        ({"messages": HELLO, "temperature": "hot"}, "temperature", "number"),
+        ({"messages": HELLO, "temperature": 3}, "temperature", "[0, 2]"),
+        ({"messages": HELLO, "stream": "yes"}, "stream", "true or false"),
+        ({"messages": HELLO, "stop": 5}, "stop", "string"),
+        ({"messages": HELLO, "seed": 1.5}, "seed", "integer"),
+        ({"messages": HELLO, "n": 2}, "n", "must be 1"),
+        (
+            {"messages": HELLO, "tools": [{"type": "function", "function": {"name": "f"}}]},
+            "tools",
+            "not supported",
+        ),
+        ({"messages": HELLO, "logprobs": True}, "logprobs", "not supported"),
+        ({"messages": HELLO, "response_format": {"type": "json_object"}}, "response_format", "not supported"),
+        ({"messages": HELLO, "frequency_penalty": 0.5}, "frequency_penalty", "not supported"),
+        ({"messages": HELLO, "colour": "red"}, "colour", "unknown field"),
+        ({"messages": HELLO, "drafter": "wizard"}, "drafter", "unknown drafter"),
+        ({"messages": HELLO, "gamma": -1}, "gamma", "'auto' or an integer"),
+        ({"messages": HELLO, "gamma": 1000}, "gamma", "'auto' or an integer"),
+        ({"messages": HELLO, "stream_options": {"include_usage": True}}, "stream_options", "stream"),
+        ({"messages": HELLO, "prediction": {"type": "image"}}, "prediction", "content"),
+        ({"messages": HELLO, "top_p": 0}, None, "top"),
+        ({"messages": HELLO, "lenience": 2}, None, "lenience"),
+        ({"messages": HELLO, "verify": "maybe"}, None, "verify"),
+    ],
+)
+def test_bad_field_is_a_400(server: Server, body: dict, param: str | None, words: str) -> None:
+    error = assert_error(post(server, body), 400, param)
+    assert words in error["message"]
+    assert error["type"] == "invalid_request_error"
+
+
+def test_malformed_json_is_a_400(server: Server) -> None:
+    assert "not valid JSON" in assert_error(post(server, b"{'messages': oops"), 400)["message"]
+    assert_error(post(server, b""), 400)
+    assert_error(post(server, b'{"messages": NaN}'), 400)
+    assert "JSON object" in assert_error(post(server, [1, 2]), 400)["message"]
+    assert_error(post(server, b'{"prompt": [[1, 2], [3]]}', "/completions"), 400, "prompt")
+
+
+def test_unknown_model_is_a_404(server: Server) -> None:
+    with pytest.raises(openai.NotFoundError) as raised:
+        openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0).chat.completions.create(
+            model="gpt-4o", messages=HELLO, max_tokens=4
+        )
+    assert raised.value.body["code"] == "model_not_found"
+    error = assert_error(post(server, {"model": "qwen2.5-coder-0.5b", "messages": HELLO}), 404, "model")
+    assert "draft" in error["message"]
+
+
+def test_prompt_longer_than_the_context_names_both_sizes(server: Server) -> None:
+    long = [{"role": "user", "content": "apple " * 3000}]
+    error = assert_error(post(server, {"messages": long, "max_tokens": 4}), 400, "messages")
+    assert "2048" in error["message"]
+    tokens = int(error["message"].split("the prompt is ")[1].split(" tokens")[0])
+    assert tokens > 2048
+    text = assert_error(post(server, {"prompt": "apple " * 3000}, "/completions"), 400, "prompt")
+    assert "2048" in text["message"]
+
+
+def test_unknown_route_and_method(server: Server) -> None:
+    assert_error(httpx.get(f"{server.base_url}/nothing", headers=server.headers()), 404)
+    assert_error(httpx.get(f"{server.base_url}/chat/completions", headers=server.headers()), 405)
+
+
+def test_server_still_answers_after_bad_requests(server: Server) -> None:
+    for _ in range(3):
+        post(server, b"{broken")
+        post(server, {"messages": []})
+    answer = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0).chat.completions.create(
+        model="qwen2.5-coder-1.5b", messages=HELLO, max_tokens=4, extra_body={"drafter": "none"}
+    )
+    assert answer.choices[0].message.content
+    assert answer.usage.completion_tokens <= 4
+
+
+def test_taken_port_is_one_line_and_exit_2(server: Server) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "edgespec", "serve", "--port", str(server.port)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edgespec: error: cannot serve on 127.0.0.1:")
+
+
+def test_public_host_without_key_warns(server: Server) -> None:
+    # The port is taken, so the command stops right after the warning, before loading anything.
+    result = subprocess.run(
+        [sys.executable, "-m", "edgespec", "serve", "--host", "0.0.0.0", "--port", str(server.port)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 2
+    warning, error = result.stderr.strip().splitlines()
+    assert warning.startswith("edgespec: warning: serving on 0.0.0.0 without --api-key")
+    assert error.startswith("edgespec: error: cannot serve on 0.0.0.0:")

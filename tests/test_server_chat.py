@@ -144,8 +144,8 @@ def test_text_completion(server: Server) -> None:
 
 
 def test_predicted_output_is_accepted_and_changes_nothing(server: Server) -> None:
-    # A prompt that does not contain its answer, so the copy drafter's only source for it
-    # is the prediction (copies from the prompt are not counted as predicted tokens).
+    # A prompt that does not contain its answer: the prediction is the only place the
+    # copy drafters can find it.
     messages = [
         {"role": "user", "content": "Write a Python function that returns the sum of a list. Code only."}
     ]
@@ -160,12 +160,21 @@ def test_predicted_output_is_accepted_and_changes_nothing(server: Server) -> Non
         messages=messages,
         max_tokens=40,
         prediction={"type": "content", "content": [{"type": "text", "text": expected}]},
-        extra_body={"drafter": "copy", "gamma": 16},
     )
     assert predicted.choices[0].message.content == expected
     details = predicted.usage.completion_tokens_details
-    assert details.accepted_prediction_tokens >= 0.7 * predicted.usage.completion_tokens
-    assert (
-        details.accepted_prediction_tokens + details.rejected_prediction_tokens
-        >= details.accepted_prediction_tokens
+    answer_tokens = predicted.usage.completion_tokens
+    # The prediction is the answer: nearly all of it is used (a token or two may split
+    # differently when the text is tokenized on its own), and little is rejected.
+    assert details.accepted_prediction_tokens >= 0.9 * answer_tokens
+    assert details.rejected_prediction_tokens <= 0.1 * answer_tokens
+    assert predicted.model_extra["timings"]["draft_n_accepted"] > 0  # and it was drafted from
+    # A prediction the answer does not follow is rejected, and changes nothing either.
+    wrong = client.chat.completions.create(
+        model="default",
+        messages=messages,
+        max_tokens=40,
+        prediction={"type": "content", "content": "SELECT name FROM users WHERE id = 7;"},
     )
+    assert wrong.choices[0].message.content == expected
+    assert wrong.usage.completion_tokens_details.rejected_prediction_tokens > 0

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 
 import numpy as np
 
@@ -62,6 +63,15 @@ class GenerationSettings:
             raise EdgespecError(f"lenience must be in (0, 1] (got {self.lenience:g})")
         if self.verify not in VERIFY_MODES:
             raise EdgespecError(f"verify must be 'token' or 'block' (got {self.verify!r})")
+
+
+def prediction_tokens_used(prediction: tuple[int, ...] | list[int], answer: list[int]) -> int:
+    """How many tokens of the predicted output appear in the answer, in order (OpenAI's
+    accepted prediction tokens): the matched blocks of an alignment of the two. Counted on
+    the answer itself, whichever drafter proposed what, so the figure means the same
+    whatever the controller chose."""
+    matcher = SequenceMatcher(None, list(prediction), answer, autojunk=False)
+    return sum(block.size for block in matcher.get_matching_blocks())
 
 
 class Engine:
@@ -183,7 +193,6 @@ class Engine:
             stats.target_passes += 1
             stats.drafted += step.gamma
             stats.accepted += step.accepted
-            stats.prediction_accepted += min(step.accepted, draft.from_prediction)
             stats.draft_s += step.draft_s
             stats.verify_s += step.verify_s
             yield step
@@ -194,6 +203,8 @@ class Engine:
                     yield event
 
         stats.tokens = len(generated)
+        if settings.prediction:
+            stats.prediction_accepted = prediction_tokens_used(settings.prediction, generated)
         tail = text.finish()
         stats.wall_s = time.perf_counter() - started
         yield Done(text=text.text, tail=tail, token_ids=generated, stop_reason=stop_reason, stats=stats)

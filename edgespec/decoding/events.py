@@ -46,7 +46,7 @@ class Stats:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens already in the target's cache (multi-turn chat)
     prediction_tokens: int = 0  # tokens of the request's predicted output (0: none given)
-    prediction_accepted: int = 0  # drafted from the prediction and accepted by the target
+    prediction_accepted: int = 0  # prediction tokens that appear in the answer, in order
 
     @property
     def prediction_rejected(self) -> int:

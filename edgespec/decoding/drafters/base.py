@@ -30,7 +30,6 @@ class Draft:
     seconds: float = 0.0  # llama.cpp time spent drafting
     catch_up: int = 0  # context tokens the drafter had to decode before drafting
     match_len: int = 0  # n-gram drafter: length of the matched suffix
-    from_prediction: int = 0  # leading tokens copied from the request's predicted output
     decodes: list[tuple[int, float]] = field(default_factory=list)  # (batch size, seconds) per decode
 
     def truncate(self, n: int) -> None:
@@ -90,10 +89,6 @@ class LookupDrafter:
         """(proposed tokens, matched length in tokens); ([], 0) when nothing matches."""
         raise NotImplementedError
 
-    def last_from_prediction(self) -> int:
-        """How many leading tokens of the latest lookup came from the prediction."""
-        return 0
-
     def propose(self, context: list[int], request: DraftRequest) -> Draft:
         start = time.perf_counter()
         tokens, n = self.lookup(context, request.max_tokens)
@@ -107,5 +102,4 @@ class LookupDrafter:
             confidences=[1.0] * len(tokens),
             seconds=time.perf_counter() - start,
             match_len=n,
-            from_prediction=min(len(tokens), self.last_from_prediction()),
         )

@@ -83,15 +83,11 @@ class CopyDrafter(LookupDrafter):
         self._answer_start = 0
         self._extend(context, align=False)
         self._answer_start = len(context)
-        self._last_from_prediction = 0
 
     def begin(self, prompt: list[int], prediction: list[int]) -> None:
         super().begin(prompt, prediction)
         self._seen = list(prompt)
         self._reset(list(prompt))
-
-    def last_from_prediction(self) -> int:
-        return self._last_from_prediction
 
     # -- following the answer -----------------------------------------------------------
 
@@ -232,18 +228,14 @@ class CopyDrafter(LookupDrafter):
             self._extend(context[-1:], align=True)
         else:
             self._extend(new, align=True)
-        self._last_from_prediction = 0
         cursor = self._cursor
         if cursor is None or max_tokens <= 0:
             return [], 0
         tokens: list[int] = []
-        in_prediction = cursor.pos < self._offset
         while len(tokens) < max_tokens:
             step = self._next(cursor)
             if step is None:
                 break
             tokens.append(step[0])
             cursor = step[1]
-        if in_prediction:
-            self._last_from_prediction = len(tokens)
         return tokens, max(self._run, 1) if tokens else 0

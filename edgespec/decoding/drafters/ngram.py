@@ -21,7 +21,6 @@ class NgramDrafter(LookupDrafter):
         self._index: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # n-grams ending before this position are in the index
         self._prediction_index: dict[tuple[int, ...], int] = {}
-        self._from_prediction = 0
 
     def begin(self, prompt: list[int], prediction: list[int]) -> None:
         """Index the predicted output once: its n-grams are matched like the context's,
@@ -31,9 +30,6 @@ class NgramDrafter(LookupDrafter):
         for end in range(len(prediction) - 1):
             for n in range(self.min_n, min(self.max_n, end + 1) + 1):
                 self._prediction_index.setdefault(tuple(prediction[end - n + 1 : end + 1]), end + 1)
-
-    def last_from_prediction(self) -> int:
-        return self._from_prediction
 
     def _update(self, context: list[int]) -> None:
         if self._advance(context) is None:
@@ -48,13 +44,11 @@ class NgramDrafter(LookupDrafter):
 
     def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
         self._update(context)
-        self._from_prediction = 0
         for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
             suffix = tuple(context[-n:])
             follow = self._prediction_index.get(suffix)
             if follow is not None:
                 tokens = self.prediction[follow : follow + max_tokens]
-                self._from_prediction = len(tokens)
                 return tokens, n
             follow = self._index.get(suffix)
             if follow is not None:

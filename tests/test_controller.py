@@ -77,8 +77,9 @@ def drafters() -> dict:
     return {"ngram": NgramDrafter(), "model": FakeModelDrafter()}
 
 
-def costs(target_ms: dict[int, float], draft_ms: float, k_max: int = 17) -> CostModel:
-    model = CostModel(target=CostCurve(k_max), draft=CostCurve(k_max), overhead=0.0)
+def costs(target_ms: dict[int, float], draft_ms: float, k_max: int = 17, curve=None) -> CostModel:
+    curve = curve or CostCurve
+    model = CostModel(target=curve(k_max), draft=curve(k_max), overhead=0.0)
     for k, ms in target_ms.items():
         model.target.set(k, ms / 1000)
     model.draft.set(1, draft_ms / 1000)
@@ -191,12 +192,8 @@ class FrozenCurve(CostCurve):
         pass
 
 
-def frozen(target_ms: dict[int, float], draft_ms: float, k_max: int = 17) -> CostModel:
-    model = CostModel(target=FrozenCurve(k_max), draft=FrozenCurve(k_max), overhead=0.0)
-    for k, ms in target_ms.items():
-        model.target.set(k, ms / 1000)
-    model.draft.set(1, draft_ms / 1000)
-    return model
+def frozen(target_ms: dict[int, float], draft_ms: float) -> CostModel:
+    return costs(target_ms, draft_ms, curve=FrozenCurve)
 
 
 def test_an_option_whose_steps_realize_less_than_plain_decoding_is_dropped_and_taken_back():

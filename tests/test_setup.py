@@ -39,19 +39,8 @@ SAPPHIRE_RAPIDS = {
     "amx_tile",
     "amx_int8",
 }
-EPYC_AVX512 = {
-    "sse3",
-    "fma",
-    "f16c",
-    "avx",
-    "avx2",
-    "bmi2",
-    "avx512f",
-    "avx512bw",
-    "avx512vbmi",
-    "avx512_vnni",
-    "avx512_bf16",
-}
+# Zen 4: the same AVX-512 extensions, without AMX (and without AVX-VNNI's VEX form).
+EPYC_AVX512 = SAPPHIRE_RAPIDS - {"ssse3", "avx_vnni", "amx_bf16", "amx_tile", "amx_int8"}
 HASWELL = {"sse3", "fma", "f16c", "avx", "avx2", "bmi2"}
 SANDY_BRIDGE = {"sse3", "avx"}
 

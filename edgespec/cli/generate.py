@@ -115,10 +115,9 @@ def check_decoding_args(args: argparse.Namespace) -> None:
         raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
 
 
-def load(args: argparse.Namespace) -> EdgeSpec:
-    max_gamma = args.gamma if isinstance(args.gamma, int) and args.gamma > 0 else DEFAULT_MAX_GAMMA
-    needs_draft = args.drafter in ("model", "auto") and args.draft not in ("", "none")
-    options = RuntimeOptions(
+def runtime_options(args: argparse.Namespace, max_gamma: int = DEFAULT_MAX_GAMMA) -> RuntimeOptions:
+    """The runtime the model flags (``add_model_flags``) ask for."""
+    return RuntimeOptions(
         n_ctx=args.ctx,
         n_gpu_layers=args.n_gpu_layers,
         n_gpu_layers_draft=args.n_gpu_layers_draft,
@@ -127,7 +126,12 @@ def load(args: argparse.Namespace) -> EdgeSpec:
         max_gamma=max(max_gamma, 1),
         verbose=args.verbose,
     )
-    return EdgeSpec(args.target, args.draft if needs_draft else None, options)
+
+
+def load(args: argparse.Namespace) -> EdgeSpec:
+    max_gamma = args.gamma if isinstance(args.gamma, int) and args.gamma > 0 else DEFAULT_MAX_GAMMA
+    needs_draft = args.drafter in ("model", "auto") and args.draft not in ("", "none")
+    return EdgeSpec(args.target, args.draft if needs_draft else None, runtime_options(args, max_gamma))
 
 
 def read_prompt(args: argparse.Namespace) -> str:

@@ -15,8 +15,8 @@ import socket
 import sys
 import threading
 
-from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
-from edgespec.cli.generate import add_model_flags
+from edgespec.api import EdgeSpec
+from edgespec.cli.generate import add_model_flags, runtime_options
 from edgespec.errors import EdgespecError
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: reachable from this machine only
@@ -68,16 +68,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def load(args: argparse.Namespace) -> EdgeSpec:
-    options = RuntimeOptions(
-        n_ctx=args.ctx,
-        n_gpu_layers=args.n_gpu_layers,
-        n_gpu_layers_draft=args.n_gpu_layers_draft,
-        threads=args.threads,
-        rollback=args.rollback,
-        max_gamma=DEFAULT_MAX_GAMMA,
-        verbose=args.verbose,
-    )
-    lm = EdgeSpec(args.target, None if args.draft in ("", "none") else args.draft, options)
+    lm = EdgeSpec(args.target, None if args.draft in ("", "none") else args.draft, runtime_options(args))
     # Measured (or read from disk) now, so that /health turns 200 only when the first
     # "auto" answer will not wait for it.
     lm.controller_state()

@@ -72,6 +72,7 @@ _CONFIRMING_RUN = 8  # a banned lookup drafter whose proposal this long proves r
 _CALIBRATION_DECAY = 0.9  # per chosen step: the last ten or so steps of an option count
 _CALIBRATION_PSEUDO = 3.0  # tokens of evidence that the predictions were right, before any
 _CARRY_OVER = 0.2  # share of the lookup evidence of earlier answers a new answer starts with
+_PREFILL_BATCH = 4  # a draft decode of more tokens than this is a catch-up prefill, not drafting
 _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
 _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
 LOOKUP_DRAFTERS = ("ngram", "reflow", "copy")  # draftless: proposals copied out of the context
@@ -375,7 +376,7 @@ class AdaptivePolicy:
             first = self.costs.draft.estimate(catch_up)
             self._catch_up_s = first
             per_draft = self.costs.draft.estimate(1)
-            if catch_up > 4:
+            if catch_up > _PREFILL_BATCH:
                 # The draft's first catch-up is its prompt prefill, paid once per answer:
                 # priced by the share of the remaining answer one step would produce, it
                 # does not hide for good a draft model that pays on every later step.
@@ -492,7 +493,10 @@ class AdaptivePolicy:
 
     def observe(self, outcome: StepOutcome) -> None:
         costs = self.costs
-        step_s = outcome.draft.seconds + outcome.verify_s + outcome.overhead_s
+        # The draft model's first catch-up is its prompt prefill, paid once per answer: it
+        # must not count against what drafting realizes step after step.
+        prefill_s = sum(seconds for size, seconds in outcome.draft.decodes if size > _PREFILL_BATCH)
+        step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
         self.realized.observe(outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted)
         chosen = self._chosen
         if chosen is not None and chosen.drafter == outcome.drafter and outcome.drafter in LOOKUP_DRAFTERS:

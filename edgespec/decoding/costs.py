@@ -31,13 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
 
 from edgespec.models import store
 from edgespec.progress import count_bar
 from edgespec.runtime.model import Model
-from edgespec.runtime.system import cpu_model, system_info
+from edgespec.runtime.system import build_fingerprint, cpu_model
 
 PROFILE_VERSION = 2
 _EMA = 0.3  # weight of a new measurement
@@ -273,12 +272,6 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 # -- what a profile is keyed by ------------------------------------------------------------
-
-
-def build_fingerprint() -> str:
-    """The llama.cpp build: its version and what it was compiled with."""
-    compiled = json.dumps(system_info(), sort_keys=True).encode()
-    return f"{llama_cpp.__version__} {hashlib.sha256(compiled).hexdigest()[:12]}"
 
 
 def file_identity(path: Path) -> str:

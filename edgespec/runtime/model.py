@@ -20,7 +20,6 @@ import contextlib
 import ctypes
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -454,10 +453,3 @@ def _last_log_error() -> str:
         if "error" in line.lower() or "failed" in line.lower():
             return line
     return recent[-1] if recent else "no reason given"
-
-
-def timed_decode(model: Model, tokens: list[int], n_outputs: int) -> tuple[np.ndarray, float]:
-    """decode() and the seconds it took (logits are ready when it returns on the CPU)."""
-    start = time.perf_counter()
-    logits = model.decode(tokens, n_outputs)
-    return logits, time.perf_counter() - start

@@ -10,6 +10,8 @@ be tested on any machine with the facts of another.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 import re
 from pathlib import Path
@@ -99,6 +101,13 @@ def parse_system_info(info: bytes | str) -> dict[str, dict[str, str]]:
 
 def system_info() -> dict[str, dict[str, str]]:
     return parse_system_info(llama_cpp.llama_print_system_info())
+
+
+def build_fingerprint() -> str:
+    """The llama.cpp build in one line: its version and a hash of what it compiled in (a
+    cost profile measured with one build says little about another)."""
+    compiled = json.dumps(system_info(), sort_keys=True).encode()
+    return f"{llama_cpp.__version__} {hashlib.sha256(compiled).hexdigest()[:12]}"
 
 
 def compiled_features(info: dict[str, dict[str, str]]) -> set[str]:

@@ -5,6 +5,7 @@ profile measured on a real small model."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -263,6 +264,38 @@ def test_the_draft_model_is_found_where_it_pays():
             policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
     assert "model" in chosen[:3], chosen
     assert chosen[-4:] == ["model"] * 4, chosen
+
+
+def test_a_draft_model_trial_drafts_four_tokens_without_an_early_stop():
+    """A calibration that says less confident tokens fail would cut every draft after its
+    first token and never learn otherwise: the trial drafts γ = 4 whole."""
+    f16 = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}
+    stats = AcceptanceStats(model=0.3)  # the prior says the draft rarely pays
+    stats.model_by_confidence[:] = 0.05  # ... and that no token would be accepted
+    policy = AdaptivePolicy(costs(f16, draft_ms=37), ("model",), gamma_cap=16, stats=stats)
+    helpers = {"model": CatchingUpDraft(behind=1)}
+    plans = []
+    for _ in range(3):
+        step = plan(policy, NOVEL, helpers=helpers)
+        plans.append(step)
+        policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
+    trials = [p for p in plans if p.drafter == "model"]
+    assert trials, [p.drafter for p in plans]
+    assert all(p.gamma == 4 and p.keep_going is None for p in trials)
+
+
+def test_the_early_stop_gives_thin_evidence_the_benefit_of_the_doubt():
+    """Where a confidence bucket has seen few judged tokens its estimate is raised by one
+    standard error; once it has seen many, the estimate is what was measured."""
+    stats = AcceptanceStats()
+    stats.model_by_confidence[:] = 0.5
+    thin = stats.model_acceptance(0.55, optimistic=True)
+    assert thin == pytest.approx(0.5 + math.sqrt(0.25 / 1.0))
+    for _ in range(200):
+        stats.observe_model([0.55, 0.55], 1)  # one right, one wrong: stays at 0.5
+    thick = stats.model_acceptance(0.55, optimistic=True)
+    assert stats.model_acceptance(0.55) < thick < thin
+    assert thick - stats.model_acceptance(0.55) < 0.2
 
 
 def test_cpu_costs_keep_the_draft_model_untried():

@@ -13,6 +13,7 @@ the prompt is encoded) is compared with ours on the same models, prompts and thr
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from edgespec.errors import EdgespecError
 from edgespec.models import store
+from edgespec.runtime import system
 
 LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendored llama.cpp the runtime is built from
 _DECODED = re.compile(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+) seconds")
@@ -44,14 +46,27 @@ class ReferenceRun:
         return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
 
 
-def default_binary() -> Path:
-    return store.home() / "llama.cpp" / f"build-{LLAMA_CPP_PYTHON}" / "bin" / "llama-speculative-simple"
+def runtime_cmake_args() -> list[str]:
+    """The CMake arguments the runtime's own llama.cpp was built with (`make setup`'s
+    record): the reference must run the same kernels, and on a CPU with AMX a native build
+    would crash at its first decode (llama.cpp issue 20824)."""
+    record = system.build_record() or {}
+    return str(record.get("cmake_args") or "").split()
+
+
+def default_binary(cmake_args: list[str] | None = None) -> Path:
+    """Where the tool built with ``cmake_args`` (default: the runtime's) lives: one build
+    directory per set of arguments, so a change of recipe builds it anew."""
+    args = runtime_cmake_args() if cmake_args is None else cmake_args
+    key = hashlib.sha256(" ".join(args).encode()).hexdigest()[:10]
+    return store.home() / "llama.cpp" / f"build-{LLAMA_CPP_PYTHON}-{key}" / "bin" / "llama-speculative-simple"
 
 
 def build(jobs: int | None = None) -> Path:
     """Download the llama-cpp-python sdist with pip, configure its vendored llama.cpp with
-    the same defaults as the runtime's build (native CPU), and build the tool."""
-    binary = default_binary()
+    the runtime build's CMake arguments, and build the tool."""
+    cmake_args = runtime_cmake_args()
+    binary = default_binary(cmake_args)
     if binary.is_file():
         return binary
     if shutil.which("cmake") is None:
@@ -72,7 +87,7 @@ def build(jobs: int | None = None) -> Path:
         subprocess.run(
             ["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
              "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-             "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_SERVER=OFF"],
+             "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_SERVER=OFF", *cmake_args],
             check=True,
         )  # fmt: skip
         subprocess.run(

@@ -24,7 +24,6 @@ from edgespec.runtime.model import LoadOptions, Model, amx_guard_needed
 
 PROMPT = "def fibonacci(n):\n"
 N_TOKENS = 20
-BUILD_INFO = "edgespec-llama-build.json"  # written into the venv by `make setup`
 
 
 def add_parser(subparsers) -> None:
@@ -72,16 +71,17 @@ def _machine(report: Report) -> None:
 
 
 def _build(report: Report) -> None:
-    info_path = Path(sys.prefix) / BUILD_INFO
-    try:
-        info = json.loads(info_path.read_text())
+    record = system.build_record()
+    if record is not None:
+        built = record.get("built_at") or "before records"
         report.line(
             "llama.cpp build",
-            f"{info.get('recipe', '?')} recipe, key {info.get('key', '?')}, "
-            f"CMAKE_ARGS={info.get('cmake_args', '')!r}, built {info.get('built_at') or 'before records'}",
+            f"{record.get('recipe', '?')} recipe, key {record.get('key', '?')}, "
+            f"CMAKE_ARGS={record.get('cmake_args', '')!r}, built {built}",
         )
-    except (OSError, ValueError):
-        report.line("llama.cpp build", f"no build record in {info_path} (run: make setup)")
+    else:
+        where = Path(sys.prefix) / system.BUILD_RECORD
+        report.line("llama.cpp build", f"no build record in {where} (run: make setup)")
     info = system.system_info()
     features = sorted(system.compiled_features(info))
     report.line("compiled in", " ".join(features))

@@ -46,7 +46,8 @@ from edgespec.decoding.policy import Plan, StepOutcome, StepView
 from edgespec.errors import EdgespecError
 from edgespec.runtime.model import Model
 
-_FAST = 0.35  # EMA weight for acceptance levels: a handful of steps to turn around
+_MODEL_EMA = 0.15  # EMA weight of the draft model's per-token acceptance: a step or two of
+# several judged tokens turns it around, one unlucky token does not
 _SLOW = 0.1  # EMA weight for the confidence calibration
 _BUCKETS = 10
 # Effective match lengths are pooled into roughly geometric buckets (1, 2, 3, 4-5, 6-8, …,
@@ -179,8 +180,18 @@ class AcceptanceStats:
     def _ema(old: float, hit: bool, weight: float) -> float:
         return (1 - weight) * old + weight * float(hit)
 
-    def model_acceptance(self, confidence: float) -> float:
-        return float(self.model_by_confidence[min(int(confidence * _BUCKETS), _BUCKETS - 1)])
+    # decayed count of judged draft tokens per confidence bucket: how sure each entry is
+    model_confidence_seen: np.ndarray = field(default_factory=lambda: np.zeros(_BUCKETS))
+
+    def model_acceptance(self, confidence: float, *, optimistic: bool = False) -> float:
+        """Chance that a draft token with this confidence is accepted. ``optimistic`` adds
+        one standard error where the bucket has little evidence: a draft that is always cut
+        before its less confident tokens would never learn that those are often right."""
+        b = min(int(confidence * _BUCKETS), _BUCKETS - 1)
+        p = float(self.model_by_confidence[b])
+        if optimistic:
+            p = min(1.0, p + math.sqrt(p * (1 - p) / (self.model_confidence_seen[b] + 1.0)))
+        return p
 
     model_steps: int = 0  # steps the draft model has drafted for this pair
 
@@ -188,9 +199,11 @@ class AcceptanceStats:
         self.model_steps += 1
         for i, confidence in enumerate(confidences[: accepted + 1]):
             hit = i < accepted
-            self.model = self._ema(self.model, hit, _FAST)
+            self.model = self._ema(self.model, hit, _MODEL_EMA)
             b = min(int(confidence * _BUCKETS), _BUCKETS - 1)
             self.model_by_confidence[b] = self._ema(self.model_by_confidence[b], hit, _SLOW)
+            self.model_confidence_seen *= _DECAY
+            self.model_confidence_seen[b] += 1.0
 
 
 class RealizedRates:
@@ -411,6 +424,7 @@ class AdaptivePolicy:
         plain = options[0]
         drafting = [c for c in options[1:] if c.rate > plain.rate * _MIN_GAIN and not self.banned(c.drafter)]
         best = max(drafting, key=lambda c: c.rate) if drafting else plain
+        exploring = False
         # A drafter that is never chosen is never measured: try the draft model early for
         # a few steps, and now and then later, while its best case could beat the choice.
         for option in options:
@@ -420,9 +434,11 @@ class AdaptivePolicy:
             early = self.stats.model_steps < _EARLY_TRIALS and self._steps >= 2
             due = self._steps - self._last_used.get(name, 0) >= _EXPLORE_EVERY
             if (early or due) and self._could_win(option, best):
-                best = Choice(
-                    name, max(1, min(option.gamma, 4)), option.rate, option.expected, option.seconds
-                )
+                # A trial drafts a fixed γ = 4 with no early stop: cut short by a pessimistic
+                # calibration it would only confirm that the draft's first token is right.
+                gamma = max(1, min(4, view.budget, self.gamma_cap or 4))
+                best = Choice(name, gamma, option.rate, option.expected, option.seconds)
+                exploring = True
                 break
         if best.drafter != "none":
             self._last_used[best.drafter] = self._steps
@@ -430,7 +446,8 @@ class AdaptivePolicy:
         reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
         self._expected, self._included_p = 1.0, 1.0
         self._first_draft_s = self._catch_up_s
-        keep_going = self._keep_going if best.drafter == "model" and self.fixed_gamma is None else None
+        steering = best.drafter == "model" and self.fixed_gamma is None and not exploring
+        keep_going = self._keep_going if steering else None
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
 
     def _could_win(self, option: Choice, best: Choice) -> bool:
@@ -478,7 +495,7 @@ class AdaptivePolicy:
         is. Token i is included only if what it adds in expectation, per second it costs
         (one more verified position, and the draft decode that follows it), beats the
         expected rate of the step as it stands."""
-        p_new = self._included_p * self.stats.model_acceptance(confidence)
+        p_new = self._included_p * self.stats.model_acceptance(confidence, optimistic=True)
         if i > 0:
             target, per_draft = self.costs.target, self.costs.draft.estimate(1)
             seconds = self._first_draft_s + i * per_draft + target.estimate(i + 1) + self.costs.overhead

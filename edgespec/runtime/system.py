@@ -14,6 +14,7 @@ import hashlib
 import json
 import platform
 import re
+import sys
 from pathlib import Path
 
 import llama_cpp
@@ -26,6 +27,7 @@ ISA_OF_INTEREST = (
     "asimd", "asimddp", "sve", "sve2", "i8mm", "bf16",
 )  # fmt: skip
 AMX_FLAGS = frozenset({"amx_tile", "amx_int8", "amx_bf16"})
+BUILD_RECORD = "edgespec-llama-build.json"  # written into the venv by `make setup`
 _BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*([0-9.]+)\s*MiB")
 
 
@@ -108,6 +110,16 @@ def build_fingerprint() -> str:
     cost profile measured with one build says little about another)."""
     compiled = json.dumps(system_info(), sort_keys=True).encode()
     return f"{llama_cpp.__version__} {hashlib.sha256(compiled).hexdigest()[:12]}"
+
+
+def build_record() -> dict[str, object] | None:
+    """How `make setup` built the llama.cpp in this environment (recipe, CMake arguments,
+    cache key), or None where it left no record (an install by other means)."""
+    try:
+        record = json.loads((Path(sys.prefix) / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def compiled_features(info: dict[str, dict[str, str]]) -> set[str]:

@@ -284,22 +284,6 @@ def test_a_draft_model_trial_drafts_four_tokens_without_an_early_stop():
     assert all(p.gamma == 4 and p.keep_going is None for p in trials)
 
 
-def test_draft_acceptance_is_kept_by_position_so_streaks_are_priced():
-    """Half the drafts fail on their first token; the others are right to the end. One
-    rate for all positions (about 0.7) prices a 4-token draft at 2.8 tokens; by position
-    it yields 1 + 0.5 · 4 = 3 tokens, and the price must say so."""
-    stats = AcceptanceStats(model=0.6)
-    for _ in range(40):
-        stats.observe_model([0.5] * 4, 0)
-        stats.observe_model([0.5] * 4, 4)
-    by_depth = stats.model_by_depth(6)
-    assert 0.35 < by_depth[0] < 0.65
-    assert all(by_depth[1:] > 0.95)
-    assert by_depth[5] == by_depth[3]  # later positions share the last one
-    assert stats.model < by_depth[1]
-    assert expected_tokens(by_depth[:4])[-1] == pytest.approx(1 + 4 * by_depth[0], rel=0.05)
-
-
 def test_the_early_stop_gives_thin_evidence_the_benefit_of_the_doubt():
     """Where a confidence bucket has seen few judged tokens its estimate is raised by one
     standard error; once it has seen many, the estimate is what was measured."""

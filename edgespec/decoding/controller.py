@@ -50,7 +50,6 @@ _MODEL_EMA = 0.15  # EMA weight of the draft model's per-token acceptance: a ste
 # several judged tokens turns it around, one unlucky token does not
 _SLOW = 0.1  # EMA weight for the confidence calibration
 _BUCKETS = 10
-_DEPTHS = 4  # draft positions whose acceptance is kept apart (the last one for all later ones)
 # Effective match lengths are pooled into roughly geometric buckets (1, 2, 3, 4-5, 6-8, …,
 # 41+): a copy's chance to go on changes fast over its first tokens and slowly after, and
 # a wide bucket gathers evidence in a few steps where one per length would stay empty.
@@ -195,26 +194,12 @@ class AcceptanceStats:
         return p
 
     model_steps: int = 0  # steps the draft model has drafted for this pair
-    # Acceptance of draft token i given the ones before it were accepted, by position (the
-    # last entry for every later one); NaN until judged, where ``model`` stands in.
-    model_depth: np.ndarray = field(default_factory=lambda: np.full(_DEPTHS, np.nan))
-
-    def model_by_depth(self, n: int) -> np.ndarray:
-        """Chance that draft token i (0 ≤ i < n) is accepted given the ones before it were.
-        Acceptance comes in streaks: the first token after the target's own is the hardest,
-        and a draft that got it right tends to stay right, so one rate for every position
-        under-prices drafts that pay as a whole."""
-        depth = np.where(np.isnan(self.model_depth), self.model, self.model_depth)
-        return depth[np.minimum(np.arange(n), _DEPTHS - 1)]
 
     def observe_model(self, confidences: list[float], accepted: int) -> None:
         self.model_steps += 1
         for i, confidence in enumerate(confidences[: accepted + 1]):
             hit = i < accepted
             self.model = self._ema(self.model, hit, _MODEL_EMA)
-            d = min(i, _DEPTHS - 1)
-            known = self.model_depth[d]
-            self.model_depth[d] = self._ema(self.model if np.isnan(known) else known, hit, _MODEL_EMA)
             b = min(int(confidence * _BUCKETS), _BUCKETS - 1)
             self.model_by_confidence[b] = self._ema(self.model_by_confidence[b], hit, _SLOW)
             self.model_confidence_seen *= _DECAY
@@ -410,7 +395,7 @@ class AdaptivePolicy:
                 # does not hide for good a draft model that pays on every later step.
                 steps_left = max(view.remaining / max(1.0, expected_tokens(np.full(4, 0.6))[-1]), 1.0)
                 first = per_draft + (first - per_draft) / steps_left
-            options.append(self._best("model", self.stats.model_by_depth(cap), first, per_draft))
+            options.append(self._best("model", np.full(cap, self.stats.model), first, per_draft))
         return options
 
     @staticmethod

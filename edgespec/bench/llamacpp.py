@@ -24,11 +24,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgespec.bootstrap import LLAMA_CPP_VERSION  # the sdist the runtime is built from
 from edgespec.errors import EdgespecError
 from edgespec.models import store
 from edgespec.runtime import system
 
-LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendored llama.cpp the runtime is built from
 _DECODED = re.compile(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+) seconds")
 _DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 _ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")
@@ -59,7 +59,8 @@ def default_binary(cmake_args: list[str] | None = None) -> Path:
     directory per set of arguments, so a change of recipe builds it anew."""
     args = runtime_cmake_args() if cmake_args is None else cmake_args
     key = hashlib.sha256(" ".join(args).encode()).hexdigest()[:10]
-    return store.home() / "llama.cpp" / f"build-{LLAMA_CPP_PYTHON}-{key}" / "bin" / "llama-speculative-simple"
+    build_dir = store.home() / "llama.cpp" / f"build-{LLAMA_CPP_VERSION}-{key}"
+    return build_dir / "bin" / "llama-speculative-simple"
 
 
 def build(jobs: int | None = None) -> Path:
@@ -76,7 +77,7 @@ def build(jobs: int | None = None) -> Path:
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
-             "-d", tmp, f"llama-cpp-python=={LLAMA_CPP_PYTHON}"],
+             "-d", tmp, f"llama-cpp-python=={LLAMA_CPP_VERSION}"],
             check=True,
         )  # fmt: skip
         sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))

@@ -183,11 +183,15 @@ class AcceptanceStats:
     # decayed count of judged draft tokens per confidence bucket: how sure each entry is
     model_confidence_seen: np.ndarray = field(default_factory=lambda: np.zeros(_BUCKETS))
 
+    @staticmethod
+    def _confidence_bucket(confidence: float) -> int:
+        return min(int(confidence * _BUCKETS), _BUCKETS - 1)
+
     def model_acceptance(self, confidence: float, *, optimistic: bool = False) -> float:
         """Chance that a draft token with this confidence is accepted. ``optimistic`` adds
         one standard error where the bucket has little evidence: a draft that is always cut
         before its less confident tokens would never learn that those are often right."""
-        b = min(int(confidence * _BUCKETS), _BUCKETS - 1)
+        b = self._confidence_bucket(confidence)
         p = float(self.model_by_confidence[b])
         if optimistic:
             p = min(1.0, p + math.sqrt(p * (1 - p) / (self.model_confidence_seen[b] + 1.0)))
@@ -200,7 +204,7 @@ class AcceptanceStats:
         for i, confidence in enumerate(confidences[: accepted + 1]):
             hit = i < accepted
             self.model = self._ema(self.model, hit, _MODEL_EMA)
-            b = min(int(confidence * _BUCKETS), _BUCKETS - 1)
+            b = self._confidence_bucket(confidence)
             self.model_by_confidence[b] = self._ema(self.model_by_confidence[b], hit, _SLOW)
             self.model_confidence_seen *= _DECAY
             self.model_confidence_seen[b] += 1.0

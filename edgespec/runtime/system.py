@@ -19,6 +19,8 @@ from pathlib import Path
 
 import llama_cpp
 
+from edgespec.bootstrap import VENV_BUILD_INFO as BUILD_RECORD  # written into the venv by `make setup`
+
 # The CPU features whose presence changes which llama.cpp kernels run (x86 /proc/cpuinfo
 # names, and the arm64 ones that matter to ggml).
 ISA_OF_INTEREST = (
@@ -27,7 +29,6 @@ ISA_OF_INTEREST = (
     "asimd", "asimddp", "sve", "sve2", "i8mm", "bf16",
 )  # fmt: skip
 AMX_FLAGS = frozenset({"amx_tile", "amx_int8", "amx_bf16"})
-BUILD_RECORD = "edgespec-llama-build.json"  # written into the venv by `make setup`
 _BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*([0-9.]+)\s*MiB")
 
 

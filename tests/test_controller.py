@@ -337,6 +337,28 @@ def test_a_machine_that_slows_down_does_not_make_drafting_look_cheap():
     assert plan(policy, [1, 2, 3]).drafter == "none"
 
 
+def test_batches_dearer_than_the_profile_reprice_every_batch_size():
+    """Answers pay 40 % more than the profile for 5-token passes while single tokens cost
+    what it says: sizes never verified must be re-priced too (not one size at a time), and
+    a single token must not be."""
+    curve = CostCurve(17)
+    for k, ms in CPU_TARGET.items():
+        curve.set(k, ms / 1000)
+    curve.freeze_baseline()
+    for _ in range(12):
+        curve.observe(5, 1.4 * CPU_TARGET[5] / 1000)
+        curve.observe(1, CPU_TARGET[1] / 1000)
+    assert curve.estimate(5) == pytest.approx(1.4 * CPU_TARGET[5] / 1000, rel=0.1)
+    assert curve.estimate(1) == pytest.approx(CPU_TARGET[1] / 1000, rel=0.05)
+    for k in (2, 9, 17):  # never observed
+        assert curve.estimate(k) > 1.15 * CPU_TARGET[k] / 1000, k
+    # and the factor is learned back when batches turn cheap again
+    for _ in range(60):
+        curve.observe(5, CPU_TARGET[5] / 1000)
+        curve.observe(1, CPU_TARGET[1] / 1000)
+    assert curve.estimate(9) == pytest.approx(CPU_TARGET[9] / 1000, rel=0.05)
+
+
 # -- the cost profile, measured on a real model -------------------------------------------
 
 

@@ -72,12 +72,13 @@ def add_parser(subparsers) -> None:
                        help="also run llama.cpp's llama-speculative-simple --spec-type ngram-simple on the "
                             "same prompts (default: the one --llamacpp-build made)")  # fmt: skip
     bench.add_argument("--llamacpp-build", action="store_true",
-                       help="first build llama.cpp's llama-speculative-simple (minutes)")  # fmt: skip
+                       help="build llama.cpp's llama-speculative-simple (minutes, once) and stop; "
+                            "with --llamacpp, then run the benchmark with it")  # fmt: skip
     bench.set_defaults(handler=run)
 
 
 def llamacpp_binary(args: argparse.Namespace) -> Path | None:
-    if args.llamacpp_build:
+    if args.llamacpp_build and args.llamacpp in (None, "default"):
         return llamacpp.build()
     if args.llamacpp is None:
         return None
@@ -110,6 +111,11 @@ def check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
+    if args.llamacpp_build and args.llamacpp is None:
+        # A set-up step on its own: building is minutes, a whole benchmark is an hour.
+        binary = llamacpp.build()
+        print(f"llama.cpp reference tool: {binary}\nuse it with: edgespec bench --llamacpp ...")
+        return 0
     prompts = select(args.split, args.categories, args.prompts)
     if not prompts:
         raise EdgespecError("no corpus prompt matches these --prompts and --categories")

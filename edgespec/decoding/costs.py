@@ -10,7 +10,7 @@
 The profile on disk is keyed by everything that changes these figures: the CPU model, the
 thread count, the llama.cpp build, the exact model files and where their layers run. It
 is measured robustly (sizes interleaved over rounds so a slow second hits every size
-alike, the fastest of the rounds, a plausibility check that re-measures a curve that falls
+alike, the median of the rounds, a plausibility check that re-measures a curve that falls
 as tokens grow, a note when the machine was busy), written atomically, and re-measured
 when it is corrupt, implausible, provisional (measured on a busy machine) or when what
 the engine sees online disagrees with its shape.
@@ -38,32 +38,40 @@ from edgespec.progress import count_bar
 from edgespec.runtime.model import Model
 from edgespec.runtime.system import build_fingerprint, cpu_model
 
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3  # 3: the median of the rounds (2 kept the fastest)
 _EMA = 0.3  # weight of a new measurement
 _LEVEL_SHARE = 0.3  # of a multi-token pass's surprise, the part blamed on the machine's speed
+_MULTI_SHARE = 0.4  # ... and the part shared by every multi-token size (the rest is its own)
 _DRIFT_EMA = 0.15  # weight of one observation in a size's running disagreement with the profile
 _DRIFT_LIMIT = math.log(1.35)  # a size whose cost is 35 % off the profile's shape disagrees
 _DRIFT_EVIDENCE = 8  # observations of a size before its disagreement counts
-_ROUNDS = 3  # measurements of every size; the fastest is kept
+_ROUNDS = 3  # measurements of every size; the middle one is kept
 _BUSY_CORES = 0.5  # CPU taken by other processes above which a measurement is provisional
 
 
 class CostCurve:
     """Seconds per decode for batch sizes 1..k_max; unmeasured sizes are interpolated.
 
-    An estimate is ``level × shape[k]``. ``level`` follows the machine's speed, which
-    drifts (other processes, thermal limits, a VM's stolen time) and moves every batch size
-    alike; ``shape`` is the curve's form. Were each point learned on its own, a machine that
-    slows down while only single-token passes are observed would price one token above five
-    (stale) ones, and the controller would start drafting exactly when it can least afford
-    to. So a single-token observation moves only the level, and a larger one mostly its own
-    point and a little of the level. Each size also keeps a running disagreement with the
-    shape it started from: ``disagrees()`` says when the profile no longer fits."""
+    An estimate is ``level × shape[k]`` for one token and ``level × multi × shape[k]`` for
+    more. ``level`` follows the machine's speed, which drifts (other processes, thermal
+    limits, a VM's stolen time) and moves every batch size alike; ``shape`` is the curve's
+    form. Were each point learned on its own, a machine that slows down while only
+    single-token passes are observed would price one token above five (stale) ones, and the
+    controller would start drafting exactly when it can least afford to. So a single-token
+    observation moves only the level. A larger one moves a little of the level, its own
+    point, and ``multi``: what every multi-token pass costs in a real answer beyond the
+    profile (a longer context than the measurement's, a VM whose jitter stalls long passes
+    more often than short ones). Verification sizes are many and each is seen rarely, so
+    without a shared factor a profile that is optimistic for batches would be corrected
+    one size at a time while drafting lost at every other. Each size also keeps a running
+    disagreement with the shape it started from: ``disagrees()`` says when the profile no
+    longer fits."""
 
     def __init__(self, k_max: int):
         self.k_max = k_max
         self.shape = np.full(k_max + 1, np.nan)
         self.level = 1.0
+        self.multi = 1.0  # what multi-token passes cost beyond the profile's shape, learned online
         self._table: np.ndarray | None = None  # estimates for every k, rebuilt after a change
         self._drift = np.zeros(k_max + 1)  # EMA of log(observed / profile) relative to size 1
         self._seen = np.zeros(k_max + 1, dtype=int)
@@ -72,15 +80,20 @@ class CostCurve:
     def observe(self, k: int, seconds: float) -> None:
         if not 1 <= k <= self.k_max or not seconds > 0:
             return
+        scale = self._scale(k)
         if math.isnan(self.shape[k]):
-            self.shape[k] = seconds / self.level
+            self.shape[k] = seconds / scale
         else:
-            ratio = seconds / (self.level * self.shape[k])
-            to_level = 1.0 if k == 1 else _LEVEL_SHARE
+            ratio = seconds / (scale * self.shape[k])
+            to_level, to_multi = (1.0, 0.0) if k == 1 else (_LEVEL_SHARE, _MULTI_SHARE)
             self.level *= ratio ** (_EMA * to_level)
-            self.shape[k] *= ratio ** (_EMA * (1 - to_level))
+            self.multi *= ratio ** (_EMA * to_multi)
+            self.shape[k] *= ratio ** (_EMA * (1 - to_level - to_multi))
             self._track_drift(k, seconds)
         self._table = None
+
+    def _scale(self, k: int) -> float:
+        return self.level * (self.multi if k >= 2 else 1.0)
 
     def _track_drift(self, k: int, seconds: float) -> None:
         base = self._baseline
@@ -107,7 +120,7 @@ class CostCurve:
 
     def set(self, k: int, seconds: float) -> None:
         """Make the estimate for k exactly ``seconds`` (warm-up, and tests that inject costs)."""
-        self.shape[k] = seconds / self.level
+        self.shape[k] = seconds / self._scale(k)
         self._table = None
 
     def table(self) -> np.ndarray:
@@ -127,7 +140,7 @@ class CostCurve:
         known = np.flatnonzero(~np.isnan(self.shape))
         if known.size == 0:
             return np.full(ks.shape, math.nan)
-        values = self.level * self.shape[known]
+        values = self.level * self.shape[known] * np.where(known >= 2, self.multi, 1.0)
         if known.size == 1:  # one point: assume cost proportional to k (pessimistic on GPUs)
             return values[0] * ks / known[0]
         # Inside the measured range: linear interpolation (exact at measured points).
@@ -142,12 +155,12 @@ class CostCurve:
         return estimates.astype(float)
 
     def to_json(self) -> dict[str, float]:
-        return {str(k): float(self.level * s) for k, s in enumerate(self.shape) if not math.isnan(s)}
+        return {str(k): float(self._scale(k) * s) for k, s in enumerate(self.shape) if not math.isnan(s)}
 
     def load_json(self, data: dict[str, float]) -> None:
         for k, s in data.items():
             if 1 <= int(k) <= self.k_max and float(s) > 0:
-                self.shape[int(k)] = float(s) / self.level
+                self.shape[int(k)] = float(s) / self._scale(int(k))
         self._table = None
 
 
@@ -376,9 +389,11 @@ def warm_up(
 ) -> None:
     """Time decodes of the batch sizes not yet measured on an almost empty cache, then
     empty it. Verification asks logits for every position; drafting only for the last.
-    Sizes are measured in rounds (each round visits every size), and each keeps the fastest
-    of its rounds: another process can only ever slow a pass down, and a disturbance hits one
-    round of every size, not every round of one."""
+    Sizes are measured in rounds (each round visits every size), and each keeps the median
+    of its rounds: a disturbance hits one round of every size, not every round of one, so
+    the median drops it; and a step pays a pass's typical cost, not its best one (on a VM,
+    the fastest of three rounds priced a 4-token pass 30 % below what answers then paid,
+    while a single token's was within 10 %: a jitter stalls a long pass more often)."""
     sizes = tuple(
         k for k in sizes if k <= min(curve.k_max, model.options.max_outputs) and not curve.measured(k)
     )
@@ -397,7 +412,7 @@ def warm_up(
     if bar is not None:
         bar.close()
     for k in sizes:
-        curve.set(k, float(min(samples[k])))
+        curve.set(k, float(np.median(samples[k])))
     model.reset()
 
 

@@ -78,7 +78,7 @@ def add_parser(subparsers) -> None:
 
 
 def llamacpp_binary(args: argparse.Namespace) -> Path | None:
-    if args.llamacpp_build and args.llamacpp in (None, "default"):
+    if args.llamacpp_build and args.llamacpp == "default":  # alone, run() only builds
         return llamacpp.build()
     if args.llamacpp is None:
         return None

@@ -504,3 +504,55 @@ def test_drafts_stop_at_a_source_boundary_where_answers_keep_leaving_it():
 
     assert drafted(0.0) <= 5  # up to the sentence end, not past it
     assert drafted(10.0) >= 12
+
+
+def test_a_return_to_the_draft_model_pays_its_catch_up_but_the_prompt_prefill_is_shared():
+    """The draft's first catch-up in an answer is its prompt prefill, paid once: priced by
+    the share of the answer a step makes and kept out of what drafting realizes. A later
+    catch-up (the draft coming back after steps of other options) is paid at every return:
+    priced over the few steps a return lasts, and counted in what the draft realized."""
+    f16 = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}
+    stats = AcceptanceStats(model=0.8)
+    policy = AdaptivePolicy(costs(f16, draft_ms=37), ("model",), gamma_cap=16, stats=stats)
+    model = CatchingUpDraft(behind=40)
+    helpers = {"model": model}
+    view = StepView(NOVEL, 16, GREEDY, helpers, remaining=256)
+
+    def price() -> float:
+        return next(c.seconds for c in policy.choices(view) if c.drafter == "model")
+
+    def model_step(catch_up_s: float) -> None:
+        decodes = [(40, catch_up_s), (1, 0.037), (1, 0.037), (1, 0.037)]
+        draft = Draft(tokens=[0] * 4, confidences=[0.9] * 4, seconds=catch_up_s + 0.111, decodes=decodes)
+        policy.observe(StepOutcome("model", 4, 4, draft, 0.182, 0.0, [0] * 5))
+
+    first = price()
+    model_step(0.6)  # the prompt prefill: 5 tokens in 0.29 s without it
+    back = price()
+    assert back - first > 0.1  # (0.6 s − one draft token) over 4 steps, not over the answer
+    for _ in range(2):
+        model_step(0.6)  # every step now follows a return, and pays 0.6 s to catch up
+    realized = policy.realized.rate("model")
+    assert realized is not None and realized < 5 / 0.6  # the returns' catch-ups are counted
+    assert realized > 5 / 0.8  # ... and the prompt prefill is not (5.6/s if it were)
+
+
+def test_an_answer_that_copies_shares_the_draft_prefill_among_few_steps():
+    """The draft's prompt prefill is paid once and shared by the steps the answer has left:
+    after steps that each copied nine tokens there are few of them, and the draft model
+    is priced dearer than at the start of the answer."""
+    f16 = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}
+    stats = AcceptanceStats(model=0.8)
+    policy = AdaptivePolicy(costs(f16, draft_ms=37), ("model",), gamma_cap=16, fixed_gamma=4, stats=stats)
+    helpers = {"model": CatchingUpDraft(behind=400)}
+    view = StepView(NOVEL, 16, GREEDY, helpers, remaining=256)
+
+    def price() -> float:
+        return next(c.seconds for c in policy.choices(view) if c.drafter == "model")
+
+    before = price()
+    for _ in range(3):
+        policy.observe(StepOutcome("ngram", 8, 8, Draft(tokens=[0] * 8), 0.25, 0.0, [0] * 9))
+    prefill = 400 * 0.037  # the draft curve holds one point: 37 ms a token
+    steps_left = (256 / 9, 256 / expected_tokens(np.full(4, 0.6))[-1])
+    assert price() - before == pytest.approx(prefill / steps_left[0] - prefill / steps_left[1], rel=0.05)

@@ -11,7 +11,9 @@ the highest expected tokens per second:
   drafter's drafts with the same match length;
 * the draft model: catch-up decode + (γ−1) draft decodes + T(γ+1); while drafting it
   stops early once the next token's expected gain per second (from the draft's own
-  confidence, calibrated by measured acceptance) falls below the step's rate so far.
+  confidence, calibrated by measured acceptance) falls below the step's rate so far. Its
+  prompt prefill is shared by the steps the answer has left (few, in an answer that
+  copies); a catch-up after steps of other options, by the few steps a return lasts.
 
 With p the probability that each next draft is accepted, a step that verifies γ drafts
 yields E = 1 + p + p² + … + p^γ tokens (the accepted prefix plus the target's token).
@@ -76,6 +78,7 @@ _CARRY_OVER = 0.2  # share of the lookup evidence of earlier answers a new answe
 _PREFILL_BATCH = 4  # a draft decode of more tokens than this is a catch-up prefill, not drafting
 _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
 _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
+_RETURN_STEPS = 4  # model steps that share the catch-up of a return to the draft model
 LOOKUP_DRAFTERS = ("ngram", "reflow", "copy")  # draftless: proposals copied out of the context
 AUTO_DRAFTERS = (*LOOKUP_DRAFTERS, "model")  # what auto chooses among
 
@@ -310,6 +313,9 @@ class AdaptivePolicy:
         self._included_p = 1.0  # chance that every draft included so far is accepted
         self._catch_up_s = 0.0
         self._first_draft_s = 0.0
+        self._draft_synced = False  # the draft model has read this answer's prompt
+        self._answer_tokens = 0.0  # tokens and target passes of this answer so far
+        self._answer_passes = 0.0
         self.realized = RealizedRates()
         self._chosen: Choice | None = None
         self._banned: dict[str, int] = {}  # option -> first step it may be chosen again
@@ -395,12 +401,21 @@ class AdaptivePolicy:
             per_draft = self.costs.draft.estimate(1)
             if catch_up > _PREFILL_BATCH:
                 # The draft's first catch-up is its prompt prefill, paid once per answer:
-                # priced by the share of the remaining answer one step would produce, it
-                # does not hide for good a draft model that pays on every later step.
-                steps_left = max(view.remaining / max(1.0, expected_tokens(np.full(4, 0.6))[-1]), 1.0)
-                first = per_draft + (first - per_draft) / steps_left
+                # shared by the steps the answer has left, it does not hide for good a
+                # draft model that pays on every later step. An answer that has been
+                # making many tokens per step (a copy) has few steps left to share it. A
+                # later catch-up is the price of coming back after other steps, paid again
+                # at every return: shared only by the few model steps a return lasts.
+                pace = max(self._answer_pace(), expected_tokens(np.full(4, 0.6))[-1])
+                steps_left = max(view.remaining / pace, 1.0)
+                horizon = min(steps_left, _RETURN_STEPS) if self._draft_synced else steps_left
+                first = per_draft + (first - per_draft) / horizon
             options.append(self._best("model", np.full(cap, self.stats.model), first, per_draft))
         return options
+
+    def _answer_pace(self) -> float:
+        """Tokens per target pass this answer has made so far (1 before any step)."""
+        return self._answer_tokens / self._answer_passes if self._answer_passes else 1.0
 
     @staticmethod
     def _crossings(view: StepView, proposal: list[int]) -> np.ndarray | None:
@@ -515,10 +530,16 @@ class AdaptivePolicy:
     def observe(self, outcome: StepOutcome) -> None:
         costs = self.costs
         # The draft model's first catch-up is its prompt prefill, paid once per answer: it
-        # must not count against what drafting realizes step after step.
-        prefill_s = sum(seconds for size, seconds in outcome.draft.decodes if size > _PREFILL_BATCH)
+        # must not count against what drafting realizes step after step. Later catch-ups
+        # (a return after steps of other options) are part of what the draft costs.
+        prefill_s = 0.0
+        if outcome.drafter == "model" and not self._draft_synced:
+            prefill_s = sum(seconds for size, seconds in outcome.draft.decodes if size > _PREFILL_BATCH)
+            self._draft_synced = True
         step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
         self.realized.observe(outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted)
+        self._answer_tokens += outcome.accepted + 1
+        self._answer_passes += 1
         chosen = self._chosen
         if chosen is not None and chosen.drafter == outcome.drafter and outcome.drafter in LOOKUP_DRAFTERS:
             self.realized.calibrate(outcome.drafter, chosen.expected - 1.0, outcome.accepted)

@@ -529,12 +529,12 @@ class AdaptivePolicy:
 
     def observe(self, outcome: StepOutcome) -> None:
         costs = self.costs
-        # The draft model's first catch-up is its prompt prefill, paid once per answer: it
-        # must not count against what drafting realizes step after step. Later catch-ups
-        # (a return after steps of other options) are part of what the draft costs.
-        prefill_s = 0.0
-        if outcome.drafter == "model" and not self._draft_synced:
-            prefill_s = sum(seconds for size, seconds in outcome.draft.decodes if size > _PREFILL_BATCH)
+        # A catch-up decode (the prompt prefill, or a return after steps of other options
+        # or after a ban) is a cost of switching to the draft model, priced when it is
+        # chosen: counted in what drafting realizes, a return after a ban would make the
+        # draft look worse and be banned again, longer.
+        prefill_s = sum(seconds for size, seconds in outcome.draft.decodes if size > _PREFILL_BATCH)
+        if outcome.drafter == "model":
             self._draft_synced = True
         step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
         self.realized.observe(outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted)

@@ -116,7 +116,6 @@ EDITING, SUMMARY = PROMPTS_BY_CATEGORY["code editing"], PROMPTS_BY_CATEGORY["sum
 COPYING_CASES = [
     ("ngram", 16, (EDITING,)),
     ("reflow", 16, (SUMMARY,)),  # the drafter for text re-wrapped between source and answer
-    ("copy", 8, (SUMMARY,)),  # a summary leaves the source often: many rejected copies
     ("copy", 48, (EDITING,)),
     ("auto", "auto", (EDITING, SUMMARY)),
 ]

@@ -88,11 +88,17 @@ def costs(target_ms: dict[int, float], draft_ms: float, k_max: int = 17, curve=N
 
 
 CPU_TARGET = {1: 40, 2: 76, 5: 180, 9: 330, 17: 400}  # measured shape on a 2-core CPU
+F16_TARGET = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}  # the F16 stand-in: nearly flat
 NOVEL = [101, 102, 103, 104, 105, 106, 107, 108]  # no repeats: nothing for n-grams
 
 
 def plan(policy: AdaptivePolicy, context: list[int], budget: int = 16, helpers: dict | None = None):
     return policy.plan(StepView(context, budget, GREEDY, helpers or drafters(), remaining=256))
+
+
+def model_price(policy: AdaptivePolicy, view: StepView) -> float:
+    """Seconds the controller expects the draft model's next step to take."""
+    return next(c.seconds for c in policy.choices(view) if c.drafter == "model")
 
 
 def test_expected_tokens():
@@ -246,9 +252,8 @@ def test_the_draft_model_is_found_where_it_pays():
     that says the draft barely pays, and 600 prompt tokens the draft has not seen: the
     controller tries the model within the first steps, learns its real acceptance, and
     keeps it."""
-    f16 = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}
     stats = AcceptanceStats()  # prior: 60 % per token
-    policy = AdaptivePolicy(costs(f16, draft_ms=37), ("ngram", "model"), gamma_cap=16, stats=stats)
+    policy = AdaptivePolicy(costs(F16_TARGET, draft_ms=37), ("ngram", "model"), gamma_cap=16, stats=stats)
     model = CatchingUpDraft(behind=600)
     helpers = {"ngram": NgramDrafter(), "model": model}
     chosen = []
@@ -269,10 +274,9 @@ def test_the_draft_model_is_found_where_it_pays():
 def test_a_draft_model_trial_drafts_four_tokens_without_an_early_stop():
     """A calibration that says less confident tokens fail would cut every draft after its
     first token and never learn otherwise: the trial drafts γ = 4 whole."""
-    f16 = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}
     stats = AcceptanceStats(model=0.3)  # the prior says the draft rarely pays
     stats.model_by_confidence[:] = 0.05  # ... and that no token would be accepted
-    policy = AdaptivePolicy(costs(f16, draft_ms=37), ("model",), gamma_cap=16, stats=stats)
+    policy = AdaptivePolicy(costs(F16_TARGET, draft_ms=37), ("model",), gamma_cap=16, stats=stats)
     helpers = {"model": CatchingUpDraft(behind=1)}
     plans = []
     for _ in range(3):
@@ -512,24 +516,20 @@ def test_a_return_to_the_draft_model_is_priced_with_its_catch_up():
     steps of other options) is paid again at every return: priced over the few steps a
     return lasts. Neither counts against what the draft's steps realize: a return after a
     ban must not make the draft look worse and earn it a longer ban."""
-    f16 = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}
     stats = AcceptanceStats(model=0.8)
-    policy = AdaptivePolicy(costs(f16, draft_ms=37), ("model",), gamma_cap=16, stats=stats)
+    policy = AdaptivePolicy(costs(F16_TARGET, draft_ms=37), ("model",), gamma_cap=16, stats=stats)
     model = CatchingUpDraft(behind=40)
     helpers = {"model": model}
     view = StepView(NOVEL, 16, GREEDY, helpers, remaining=256)
-
-    def price() -> float:
-        return next(c.seconds for c in policy.choices(view) if c.drafter == "model")
 
     def model_step(catch_up_s: float) -> None:
         decodes = [(40, catch_up_s), (1, 0.037), (1, 0.037), (1, 0.037)]
         draft = Draft(tokens=[0] * 4, confidences=[0.9] * 4, seconds=catch_up_s + 0.111, decodes=decodes)
         policy.observe(StepOutcome("model", 4, 4, draft, 0.182, 0.0, [0] * 5))
 
-    first = price()
+    first = model_price(policy, view)
     model_step(0.6)  # the prompt prefill: 5 tokens in 0.29 s without it
-    back = price()
+    back = model_price(policy, view)
     assert back - first > 0.1  # (0.6 s − one draft token) over 4 steps, not over the answer
     for _ in range(2):
         model_step(0.6)  # every step follows a return, and pays 0.6 s to catch up
@@ -540,18 +540,18 @@ def test_an_answer_that_copies_shares_the_draft_prefill_among_few_steps():
     """The draft's prompt prefill is paid once and shared by the steps the answer has left:
     after steps that each copied nine tokens there are few of them, and the draft model
     is priced dearer than at the start of the answer."""
-    f16 = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}
     stats = AcceptanceStats(model=0.8)
-    policy = AdaptivePolicy(costs(f16, draft_ms=37), ("model",), gamma_cap=16, fixed_gamma=4, stats=stats)
+    policy = AdaptivePolicy(
+        costs(F16_TARGET, draft_ms=37), ("model",), gamma_cap=16, fixed_gamma=4, stats=stats
+    )
     helpers = {"model": CatchingUpDraft(behind=400)}
     view = StepView(NOVEL, 16, GREEDY, helpers, remaining=256)
 
-    def price() -> float:
-        return next(c.seconds for c in policy.choices(view) if c.drafter == "model")
-
-    before = price()
+    before = model_price(policy, view)
     for _ in range(3):
         policy.observe(StepOutcome("ngram", 8, 8, Draft(tokens=[0] * 8), 0.25, 0.0, [0] * 9))
     prefill = 400 * 0.037  # the draft curve holds one point: 37 ms a token
     steps_left = (256 / 9, 256 / expected_tokens(np.full(4, 0.6))[-1])
-    assert price() - before == pytest.approx(prefill / steps_left[0] - prefill / steps_left[1], rel=0.05)
+    assert model_price(policy, view) - before == pytest.approx(
+        prefill / steps_left[0] - prefill / steps_left[1], rel=0.05
+    )

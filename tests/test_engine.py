@@ -97,9 +97,11 @@ EXACTNESS_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("drafter", "gamma", "prompts"), EXACTNESS_CASES, ids=[f"{d}-{g}" for d, g, _ in EXACTNESS_CASES]
-)
+def case_ids(cases: list) -> list[str]:
+    return [f"{drafter}-{gamma}" for drafter, gamma, _ in cases]
+
+
+@pytest.mark.parametrize(("drafter", "gamma", "prompts"), EXACTNESS_CASES, ids=case_ids(EXACTNESS_CASES))
 def test_greedy_speculation_equals_target_only(pair, drafter, gamma, prompts):
     for prompt in (PROMPTS[i] for i in prompts):
         assert assert_greedy_exact(pair, prompt, drafter, gamma) >= COMPARED_TOKENS, prompt
@@ -121,9 +123,7 @@ COPYING_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("drafter", "gamma", "prompts"), COPYING_CASES, ids=[f"{d}-{g}" for d, g, _ in COPYING_CASES]
-)
+@pytest.mark.parametrize(("drafter", "gamma", "prompts"), COPYING_CASES, ids=case_ids(COPYING_CASES))
 def test_greedy_lookup_drafts_on_copying_answers_equal_target_only(pair, drafter, gamma, prompts):
     for prompt in prompts:
         assert assert_greedy_exact(pair, prompt, drafter, gamma) >= COMPARED_TOKENS, prompt

@@ -89,6 +89,11 @@ def expected_tokens(accept: np.ndarray) -> np.ndarray:
     return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(accept))))
 
 
+# Tokens a draft-model step of γ = 4 makes at the prior's 60 % per token: the pace at which
+# the rest of an answer would share the draft's prompt prefill, before the answer shows its own.
+_MODEL_PACE = float(expected_tokens(np.full(4, 0.6))[-1])
+
+
 class LookupStats:
     """Measured acceptance of one lookup drafter's proposals: evidence on whether a
     proposed token is right given that the ones before it in the proposal were, by its
@@ -313,9 +318,9 @@ class AdaptivePolicy:
         self._included_p = 1.0  # chance that every draft included so far is accepted
         self._catch_up_s = 0.0
         self._first_draft_s = 0.0
-        self._draft_synced = False  # the draft model has read this answer's prompt
-        self._answer_tokens = 0.0  # tokens and target passes of this answer so far
-        self._answer_passes = 0.0
+        self._draft_synced = False  # the draft model has drafted in this answer (read its prompt)
+        self._answer_tokens = 0  # tokens and target passes of this answer so far
+        self._answer_passes = 0
         self.realized = RealizedRates()
         self._chosen: Choice | None = None
         self._banned: dict[str, int] = {}  # option -> first step it may be chosen again
@@ -406,8 +411,7 @@ class AdaptivePolicy:
                 # making many tokens per step (a copy) has few steps left to share it. A
                 # later catch-up is the price of coming back after other steps, paid again
                 # at every return: shared only by the few model steps a return lasts.
-                pace = max(self._answer_pace(), expected_tokens(np.full(4, 0.6))[-1])
-                steps_left = max(view.remaining / pace, 1.0)
+                steps_left = max(view.remaining / max(self._answer_pace(), _MODEL_PACE), 1.0)
                 horizon = min(steps_left, _RETURN_STEPS) if self._draft_synced else steps_left
                 first = per_draft + (first - per_draft) / horizon
             options.append(self._best("model", np.full(cap, self.stats.model), first, per_draft))
@@ -534,8 +538,7 @@ class AdaptivePolicy:
         # chosen: counted in what drafting realizes, a return after a ban would make the
         # draft look worse and be banned again, longer.
         prefill_s = sum(seconds for size, seconds in outcome.draft.decodes if size > _PREFILL_BATCH)
-        if outcome.drafter == "model":
-            self._draft_synced = True
+        self._draft_synced = self._draft_synced or outcome.drafter == "model"
         step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
         self.realized.observe(outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted)
         self._answer_tokens += outcome.accepted + 1

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from edgespec.api import EdgeSpec, RuntimeOptions
-from edgespec.decoding.controller import AcceptanceStats, AdaptivePolicy, ControllerState, expected_tokens
+from edgespec.decoding.controller import (
+    _EXPLORE_EVERY,
+    _MAX_EXPLORE_EVERY,
+    AcceptanceStats,
+    AdaptivePolicy,
+    ControllerState,
+    expected_tokens,
+)
 from edgespec.decoding.costs import (
     CostCurve,
     CostModel,
@@ -240,6 +247,14 @@ def test_an_option_whose_steps_realize_less_than_plain_decoding_is_dropped_and_t
     assert chosen[-3:] == ["ngram"] * 3, chosen
 
 
+def f16_costs() -> CostModel:
+    """The F16 stand-in's shape, with the draft's largest batch measured as a profile does:
+    17 tokens in one decode cost about 4 single ones, so reading a prompt is cheap per token."""
+    model = costs(F16_TARGET, draft_ms=37)
+    model.draft.set(17, 4 * 0.037)
+    return model
+
+
 class CatchingUpDraft(FakeModelDrafter):
     """The draft model's cache: the whole prompt behind before its first draft."""
 
@@ -253,7 +268,7 @@ def test_the_draft_model_is_found_where_it_pays():
     controller tries the model within the first steps, learns its real acceptance, and
     keeps it."""
     stats = AcceptanceStats()  # prior: 60 % per token
-    policy = AdaptivePolicy(costs(F16_TARGET, draft_ms=37), ("ngram", "model"), gamma_cap=16, stats=stats)
+    policy = AdaptivePolicy(f16_costs(), ("ngram", "model"), gamma_cap=16, stats=stats)
     model = CatchingUpDraft(behind=600)
     helpers = {"ngram": NgramDrafter(), "model": model}
     chosen = []
@@ -269,6 +284,47 @@ def test_the_draft_model_is_found_where_it_pays():
             policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
     assert "model" in chosen[:3], chosen
     assert chosen[-4:] == ["model"] * 4, chosen
+
+
+def test_a_long_prompt_for_a_short_answer_is_not_worth_a_trial():
+    """A trial reads the whole prompt into the draft, paid whether the draft turns out to
+    pay or not: 600 unseen prompt tokens are worth it for a long answer, not for one of 64
+    tokens; a draft that has read the prompt is tried on the short answer too."""
+
+    def first_steps(behind: int, remaining: int) -> list[str]:
+        policy = AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16)
+        helpers = {"model": CatchingUpDraft(behind=behind)}
+        chosen = []
+        for _ in range(4):
+            view = StepView(NOVEL, 16, GREEDY, helpers, remaining=remaining)
+            chosen.append(policy.plan(view).drafter)
+            policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
+        return chosen
+
+    assert "model" in first_steps(behind=600, remaining=256)
+    assert "model" not in first_steps(behind=600, remaining=64)
+    assert "model" in first_steps(behind=1, remaining=64)
+
+
+def test_trials_of_a_draft_that_keeps_failing_grow_rarer():
+    """Every trial pays a catch-up: after a trial whose drafts all failed, the next waits
+    twice as long, up to a limit."""
+    policy = AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16)
+    helpers = {"model": CatchingUpDraft(behind=1)}
+    trials = []
+    for step in range(260):
+        plan_ = plan(policy, NOVEL, helpers=helpers)
+        if plan_.drafter == "model":
+            trials.append(step)
+            draft = Draft(tokens=[0] * plan_.gamma, confidences=[0.9] * plan_.gamma, seconds=0.15)
+            policy.observe(StepOutcome("model", plan_.gamma, 0, draft, 0.182, 0.0, [0]))
+        else:
+            policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
+    gaps = np.diff(trials)
+    later = gaps[gaps > 1]  # the gaps after the first trials in a row
+    assert len(later) >= 2, trials
+    assert later[0] >= 2 * _EXPLORE_EVERY - 1, trials  # the first trials failed too
+    assert np.all(np.diff(later) >= 0) and later[-1] >= _MAX_EXPLORE_EVERY - 1, trials
 
 
 def test_a_draft_model_trial_drafts_four_tokens_without_an_early_stop():

@@ -64,6 +64,7 @@ _PSEUDO = 1.0  # pseudo-observations pulling a bucket toward the one below it
 _DECAY = 0.97  # per observation: a bucket remembers its last few dozen judgements
 _CAUTION = 1.0  # standard deviations taken off thinly supported acceptance estimates
 _EXPLORE_EVERY = 24  # steps between trials of a drafter that is not being chosen
+_MAX_EXPLORE_EVERY = 96  # ... doubled after every trial whose first draft token failed, up to this
 _OPEN_PROPOSALS = 8
 _MIN_GAIN = 1.08  # expected speed-up a drafting option needs over plain decoding
 _REALIZED_DECAY = 0.85  # per step of an option: its realized rate follows the last ten or so
@@ -79,6 +80,7 @@ _PREFILL_BATCH = 4  # a draft decode of more tokens than this is a catch-up pref
 _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
 _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
 _RETURN_STEPS = 4  # model steps that share the catch-up of a return to the draft model
+_TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
 LOOKUP_DRAFTERS = ("ngram", "reflow", "copy")  # draftless: proposals copied out of the context
 AUTO_DRAFTERS = (*LOOKUP_DRAFTERS, "model")  # what auto chooses among
 
@@ -317,6 +319,11 @@ class AdaptivePolicy:
         self._expected = 1.0  # expected tokens of the model draft being built
         self._included_p = 1.0  # chance that every draft included so far is accepted
         self._catch_up_s = 0.0
+        self._catch_up_tokens = 0
+        self._exploring = False  # the step planned is a trial of the draft model
+        # Steps between trials: every trial pays a catch-up, so one whose draft failed at
+        # once makes the next wait twice as long (a translation the draft cannot do).
+        self._explore_every = _EXPLORE_EVERY
         self._first_draft_s = 0.0
         self._draft_synced = False  # the draft model has drafted in this answer (read its prompt)
         self._answer_tokens = 0  # tokens and target passes of this answer so far
@@ -402,7 +409,7 @@ class AdaptivePolicy:
             drafter: ModelDrafter = view.drafters["model"]
             catch_up = drafter.catch_up_cost_tokens(context)
             first = self.costs.draft.estimate(catch_up)
-            self._catch_up_s = first
+            self._catch_up_s, self._catch_up_tokens = first, catch_up
             per_draft = self.costs.draft.estimate(1)
             if catch_up > _PREFILL_BATCH:
                 # The draft's first catch-up is its prompt prefill, paid once per answer:
@@ -455,8 +462,8 @@ class AdaptivePolicy:
             if name != "model" or name == best.drafter or self.banned(name):
                 continue  # lookup proposals are judged for free at every step anyway
             early = self.stats.model_steps < _EARLY_TRIALS and self._steps >= 2
-            due = self._steps - self._last_used.get(name, 0) >= _EXPLORE_EVERY
-            if (early or due) and self._could_win(option, best):
+            due = self._steps - self._last_used.get(name, 0) >= self._explore_every
+            if (early or due) and self._could_win(best, view.remaining):
                 # A trial drafts a fixed γ = 4 with no early stop: cut short by a pessimistic
                 # calibration it would only confirm that the draft's first token is right.
                 gamma = max(1, min(4, view.budget, self.gamma_cap or 4))
@@ -469,20 +476,28 @@ class AdaptivePolicy:
         reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
         self._expected, self._included_p = 1.0, 1.0
         self._first_draft_s = self._catch_up_s
+        self._exploring = exploring
         steering = best.drafter == "model" and self.fixed_gamma is None and not exploring
         keep_going = self._keep_going if steering else None
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
 
-    def _could_win(self, option: Choice, best: Choice) -> bool:
-        """Would the draft model beat ``best`` at near-perfect acceptance, at γ = 4?"""
-        gamma = max(1, min(option.gamma or 4, 4))
-        seconds = option.seconds
-        if option.gamma != gamma:
-            per_draft = self.costs.draft.estimate(1)
-            seconds += self.costs.target.estimate(gamma + 1) - self.costs.target.estimate(option.gamma + 1)
-            seconds += per_draft * (gamma - option.gamma)
-        optimistic = expected_tokens(np.full(gamma, _OPTIMISTIC))[-1] / max(seconds, 1e-9)
-        return optimistic > best.rate
+    def _could_win(self, best: Choice, remaining: int) -> bool:
+        """Is a trial of the draft model (γ = 4) worth its price? Its steps must beat
+        ``best`` at near-perfect acceptance, and what that would save over the rest of the
+        answer must outweigh the switch (the catch-up: the prompt, the first time) at
+        ``_TRIAL_ODDS``: the switch is paid for sure, the saving only if the draft turns
+        out to pay. Where the draft reads a prompt in a blink (a GPU) trials always pass;
+        a long prompt for a short answer on a CPU is not worth the gamble."""
+        gamma = 4
+        per_draft = self.costs.draft.estimate(1)
+        switch = max(self._catch_up_s - per_draft, 0.0) if self._catch_up_tokens > _PREFILL_BATCH else 0.0
+        step_s = float(self._verify_seconds(np.array([gamma]))[0]) + self._catch_up_s - switch
+        step_s += per_draft * (gamma - 1)
+        optimistic = expected_tokens(np.full(gamma, _OPTIMISTIC))[-1] / max(step_s, 1e-9)
+        if optimistic <= best.rate:
+            return False
+        saving = remaining * (1.0 / best.rate - 1.0 / optimistic)
+        return saving > _TRIAL_ODDS * switch
 
     def banned(self, option: str) -> bool:
         until = self._banned.get(option)
@@ -553,6 +568,13 @@ class AdaptivePolicy:
             costs.draft.observe(k, seconds)
         if outcome.drafter == "model":
             self.stats.observe_model(outcome.draft.confidences, outcome.accepted)
+            if self._exploring:
+                # Judged by its first token: a draft that pays on two tokens a step often
+                # fails a trial's longer draft later on, one that does not pays on none.
+                failed = outcome.accepted == 0
+                self._explore_every = (
+                    min(2 * self._explore_every, _MAX_EXPLORE_EVERY) if failed else _EXPLORE_EVERY
+                )
         self._judge_open_proposals(outcome.new_tokens)
 
     def _judge_open_proposals(self, committed: list[int]) -> None:

@@ -332,8 +332,15 @@ def profile_path(target: Model, draft: Model | None) -> Path:
 
 # -- measuring -----------------------------------------------------------------------------
 
-# The draft model decodes one token per call while drafting, and a few when it catches up.
-DRAFT_WARMUP = (1, 2, 4)
+
+def draft_warmup_sizes(k_max: int) -> tuple[int, ...]:
+    """The draft model decodes one token per call while drafting and a few when it catches
+    up after a step; its first catch-up in an answer reads the whole prompt, priced by
+    extrapolation beyond the largest size measured. Along the slope of tiny batches, a
+    400-token prompt was priced at 1.8× what it took (F16 stand-in, AVX2 EPYC), and whether
+    a trial of the draft is worth its prefill rests on that price: the largest batch is
+    measured too."""
+    return (*(k for k in (1, 2, 4) if k < k_max), k_max)
 
 
 def target_warmup_sizes(k_max: int) -> tuple[int, ...]:
@@ -394,9 +401,8 @@ def warm_up(
     the median drops it; and a step pays a pass's typical cost, not its best one (on a VM,
     the fastest of three rounds priced a 4-token pass 30 % below what answers then paid,
     while a single token's was within 10 %: a jitter stalls a long pass more often)."""
-    sizes = tuple(
-        k for k in sizes if k <= min(curve.k_max, model.options.max_outputs) and not curve.measured(k)
-    )
+    most = curve.k_max if not all_logits else min(curve.k_max, model.options.max_outputs)
+    sizes = tuple(k for k in sizes if k <= most and not curve.measured(k))
     if not sizes:
         return
     filler = model.tokenize(" the quick brown fox jumps over the lazy dog" * 12, add_special=False)
@@ -469,7 +475,7 @@ def load_or_measure(
         else:
             costs.provisional = True  # kept for now; re-measured at the next load
     if draft is not None:
-        warm_up(draft, costs.draft, DRAFT_WARMUP, all_logits=False, quiet=quiet)
+        warm_up(draft, costs.draft, draft_warmup_sizes(k_max), all_logits=False, quiet=quiet)
     if (costs.target.to_json(), costs.draft.to_json()) != known:
         during = watch.cores() if busy is machine_busy else None
         if during is not None and during > _BUSY_CORES:

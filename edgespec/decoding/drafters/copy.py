@@ -170,9 +170,11 @@ class CopyDrafter(LookupDrafter):
             if end is None:
                 end = self._recent.get(key)
             if end is not None:
+                # A break stays open: an answer that writes a new name quotes it from the
+                # request ("rename hits to calls_by_client"), and the anchor lands in the
+                # request; when that copy fails, the source is resumed after all.
                 self._cursor = _Cursor(end)
                 self._run = n
-                self._detour = None
                 return
 
     def _maybe_confirm(self) -> None:

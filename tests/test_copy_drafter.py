@@ -64,6 +64,21 @@ def test_a_rename_seen_once_is_proposed_at_the_next_occurrence():
     assert proposal == [15, 16, 17, 70, 18, 19, 20, 21], "the rename must be applied ahead"
 
 
+def test_a_new_name_quoted_in_the_request_still_becomes_a_rule():
+    """"Rename total to grand_total": the request spells the new name (70, 71), so after
+    the answer writes it the drafter anchors in the request and proposes what followed it
+    there. When that fails, the copy of the source resumes after the old name, and the
+    rename is proposed at its next occurrence."""
+    header = [900, 7, 901, 70, 71, 902]  # "... total to grand _total ..."
+    prompt = [*header, *SOURCE, 950, 951]
+    drafter = CopyDrafter()
+    drafter.begin(prompt, [])
+    answer = [10, 11, 70, 71, 12, 13, 14]
+    for i in range(1, len(answer) + 1):
+        proposal, _ = drafter.lookup(prompt + answer[:i], 8)
+    assert proposal == [15, 16, 17, 70, 71, 18, 19, 20]
+
+
 def test_a_rename_into_two_tokens_is_carried_forward():
     # 7 becomes 7, 71 (e.g. " total" + "_units"): an insertion after 7.
     answer = [10, 11, 7, 71, 12, 13, 14]

@@ -65,7 +65,7 @@ def test_a_rename_seen_once_is_proposed_at_the_next_occurrence():
 
 
 def test_a_new_name_quoted_in_the_request_still_becomes_a_rule():
-    """"Rename total to grand_total": the request spells the new name (70, 71), so after
+    """ "Rename total to grand_total": the request spells the new name (70, 71), so after
     the answer writes it the drafter anchors in the request and proposes what followed it
     there. When that fails, the copy of the source resumes after the old name, and the
     rename is proposed at its next occurrence."""

@@ -170,9 +170,9 @@ class CopyDrafter(LookupDrafter):
             if end is None:
                 end = self._recent.get(key)
             if end is not None:
-                # A break stays open: an answer that writes a new name quotes it from the
-                # request ("rename hits to calls_by_client"), and the anchor lands in the
-                # request; when that copy fails, the source is resumed after all.
+                # A break stays open: the text an edit writes is often quoted in the
+                # request ("rename hits to calls_by_client"), so the anchor lands there;
+                # when that copy fails, the source is resumed after all.
                 self._cursor = _Cursor(end)
                 self._run = n
                 return

@@ -100,8 +100,14 @@ F16_TARGET = {1: 143, 2: 150, 5: 182, 9: 250, 17: 400}  # the F16 stand-in: near
 NOVEL = [101, 102, 103, 104, 105, 106, 107, 108]  # no repeats: nothing for n-grams
 
 
-def plan(policy: AdaptivePolicy, context: list[int], budget: int = 16, helpers: dict | None = None):
-    return policy.plan(StepView(context, budget, GREEDY, helpers or drafters(), remaining=256))
+def plan(
+    policy: AdaptivePolicy,
+    context: list[int],
+    budget: int = 16,
+    helpers: dict | None = None,
+    remaining: int = 256,
+):
+    return policy.plan(StepView(context, budget, GREEDY, helpers or drafters(), remaining=remaining))
 
 
 def model_price(policy: AdaptivePolicy, view: StepView) -> float:
@@ -297,8 +303,7 @@ def test_a_long_prompt_for_a_short_answer_is_not_worth_a_trial():
         helpers = {"model": CatchingUpDraft(behind=behind)}
         chosen = []
         for _ in range(4):
-            view = StepView(NOVEL, 16, GREEDY, helpers, remaining=remaining)
-            chosen.append(policy.plan(view).drafter)
+            chosen.append(plan(policy, NOVEL, helpers=helpers, remaining=remaining).drafter)
             policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
         return chosen
 

@@ -81,6 +81,7 @@ _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
 _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
 _RETURN_STEPS = 4  # model steps that share the catch-up of a return to the draft model
 _TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
+_TRIAL_GAMMA = 4  # tokens a trial of the draft model drafts
 LOOKUP_DRAFTERS = ("ngram", "reflow", "copy")  # draftless: proposals copied out of the context
 AUTO_DRAFTERS = (*LOOKUP_DRAFTERS, "model")  # what auto chooses among
 
@@ -319,7 +320,7 @@ class AdaptivePolicy:
         self._expected = 1.0  # expected tokens of the model draft being built
         self._included_p = 1.0  # chance that every draft included so far is accepted
         self._catch_up_s = 0.0
-        self._catch_up_tokens = 0
+        self._switch_s = 0.0  # of the catch-up, what switching to the draft model costs (a prefill)
         self._exploring = False  # the step planned is a trial of the draft model
         # Steps between trials: every trial pays a catch-up, so one whose draft failed at
         # once makes the next wait twice as long (a translation the draft cannot do).
@@ -409,9 +410,10 @@ class AdaptivePolicy:
             drafter: ModelDrafter = view.drafters["model"]
             catch_up = drafter.catch_up_cost_tokens(context)
             first = self.costs.draft.estimate(catch_up)
-            self._catch_up_s, self._catch_up_tokens = first, catch_up
+            self._catch_up_s = first
             per_draft = self.costs.draft.estimate(1)
-            if catch_up > _PREFILL_BATCH:
+            self._switch_s = max(first - per_draft, 0.0) if catch_up > _PREFILL_BATCH else 0.0
+            if self._switch_s > 0.0:
                 # The draft's first catch-up is its prompt prefill, paid once per answer:
                 # shared by the steps the answer has left, it does not hide for good a
                 # draft model that pays on every later step. An answer that has been
@@ -420,7 +422,7 @@ class AdaptivePolicy:
                 # at every return: shared only by the few model steps a return lasts.
                 steps_left = max(view.remaining / max(self._answer_pace(), _MODEL_PACE), 1.0)
                 horizon = min(steps_left, _RETURN_STEPS) if self._draft_synced else steps_left
-                first = per_draft + (first - per_draft) / horizon
+                first = per_draft + self._switch_s / horizon
             options.append(self._best("model", np.full(cap, self.stats.model), first, per_draft))
         return options
 
@@ -466,7 +468,7 @@ class AdaptivePolicy:
             if (early or due) and self._could_win(best, view.remaining):
                 # A trial drafts a fixed γ = 4 with no early stop: cut short by a pessimistic
                 # calibration it would only confirm that the draft's first token is right.
-                gamma = max(1, min(4, view.budget, self.gamma_cap or 4))
+                gamma = max(1, min(_TRIAL_GAMMA, view.budget, self.gamma_cap or _TRIAL_GAMMA))
                 best = Choice(name, gamma, option.rate, option.expected, option.seconds)
                 exploring = True
                 break
@@ -482,17 +484,15 @@ class AdaptivePolicy:
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
 
     def _could_win(self, best: Choice, remaining: int) -> bool:
-        """Is a trial of the draft model (γ = 4) worth its price? Its steps must beat
+        """Is a trial of the draft model worth its price? Its steps must beat
         ``best`` at near-perfect acceptance, and what that would save over the rest of the
         answer must outweigh the switch (the catch-up: the prompt, the first time) at
         ``_TRIAL_ODDS``: the switch is paid for sure, the saving only if the draft turns
         out to pay. Where the draft reads a prompt in a blink (a GPU) trials always pass;
         a long prompt for a short answer on a CPU is not worth the gamble."""
-        gamma = 4
-        per_draft = self.costs.draft.estimate(1)
-        switch = max(self._catch_up_s - per_draft, 0.0) if self._catch_up_tokens > _PREFILL_BATCH else 0.0
+        gamma, switch = _TRIAL_GAMMA, self._switch_s
         step_s = float(self._verify_seconds(np.array([gamma]))[0]) + self._catch_up_s - switch
-        step_s += per_draft * (gamma - 1)
+        step_s += self.costs.draft.estimate(1) * (gamma - 1)
         optimistic = expected_tokens(np.full(gamma, _OPTIMISTIC))[-1] / max(step_s, 1e-9)
         if optimistic <= best.rate:
             return False

@@ -29,8 +29,8 @@ choosing an option whose realized rate falls below plain decoding's. The option 
 banned for a while (longer each time), and a lookup drafter's ban ends early when its
 proposals, judged for free, turn out right again. The draft model, whose acceptance
 cannot be judged without drafting, is tried for a few steps early on wherever its best
-case could pay, and now and then afterwards, so a machine where it pays (a GPU, Apple
-Silicon) is found within a few steps.
+case could pay, once in every answer after its first few steps, and now and then
+afterwards, so a machine where it pays (a GPU, Apple Silicon) is found within a few steps.
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ from edgespec.decoding.policy import Plan, StepOutcome, StepView
 from edgespec.errors import EdgespecError
 from edgespec.runtime.model import Model
 
-_MODEL_EMA = 0.15  # EMA weight of the draft model's per-token acceptance: a step or two of
-# several judged tokens turns it around, one unlucky token does not
+_MODEL_EMA = 0.08  # EMA weight of the draft model's per-token acceptance: it follows the last
+# dozen or so judged tokens. Where the draft pays only a little (open chat on a GPU) its true
+# acceptance sits near break-even, and a shorter memory dips below it after three unlucky
+# steps; the draft then falls behind and is not tried again for many steps.
 _SLOW = 0.1  # EMA weight for the confidence calibration
 _BUCKETS = 10
 # Effective match lengths are pooled into roughly geometric buckets (1, 2, 3, 4-5, 6-8, …,
@@ -66,7 +68,10 @@ _CAUTION = 1.0  # standard deviations taken off thinly supported acceptance esti
 _EXPLORE_EVERY = 24  # steps between trials of a drafter that is not being chosen
 _MAX_EXPLORE_EVERY = 96  # ... doubled after every trial whose first draft token failed, up to this
 _OPEN_PROPOSALS = 8
-_MIN_GAIN = 1.08  # expected speed-up a drafting option needs over plain decoding
+_MIN_GAIN = 1.08  # expected speed-up a lookup option needs over plain decoding
+# ... and the draft model: its estimate is the measured acceptance of its own recent tokens,
+# not the best of several noisy proposals (which favours the ones that came out too high)
+_MODEL_GAIN = 1.04
 _REALIZED_DECAY = 0.85  # per step of an option: its realized rate follows the last ten or so
 _REALIZED_EVIDENCE = 2.5  # (decayed) steps of an option before its realized rate is trusted
 _REALIZED_MARGIN = 0.98  # an option realizing less than this share of plain decoding's rate loses
@@ -78,6 +83,8 @@ _CALIBRATION_PSEUDO = 3.0  # tokens of evidence that the predictions were right,
 _CARRY_OVER = 0.2  # share of the lookup evidence of earlier answers a new answer starts with
 _PREFILL_BATCH = 4  # a draft decode of more tokens than this is a catch-up prefill, not drafting
 _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
+_ANSWER_TRIALS = 1  # ... and early in every answer: the last answer's text may not be this one's
+_SETTLE_STEPS = 5  # steps of an answer before the draft model may read its prompt (but for early trials)
 _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
 _RETURN_STEPS = 4  # model steps that share the catch-up of a return to the draft model
 _TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
@@ -311,6 +318,7 @@ class AdaptivePolicy:
         self.gamma_cap = gamma_cap
         self.fixed_gamma = fixed_gamma
         self.stats = stats or AcceptanceStats()
+        self._model_steps_here = 0  # draft-model steps in this answer
         for lookup in self.stats.lookup.values():
             lookup.soften(_CARRY_OVER)
         self._steps = 0
@@ -454,7 +462,17 @@ class AdaptivePolicy:
         # bet on a steep CPU cost curve loses more than a right one wins. An option whose
         # steps realized less than plain decoding is left out while its ban lasts.
         plain = options[0]
-        drafting = [c for c in options[1:] if c.rate > plain.rate * _MIN_GAIN and not self.banned(c.drafter)]
+        # Nor does the draft model read the prompt in the answer's first steps: an answer
+        # that copies its prompt (an edit) shows it within a few tokens, and then the
+        # lookups beat a draft whose prompt prefill would already be paid.
+        settling = self._steps < _SETTLE_STEPS and self._switch_s > 0.0 and not self._draft_synced
+        drafting = [
+            c
+            for c in options[1:]
+            if c.rate > plain.rate * self._min_gain(c)
+            and not self.banned(c.drafter)
+            and not (settling and c.drafter == "model")
+        ]
         best = max(drafting, key=lambda c: c.rate) if drafting else plain
         exploring = False
         # A drafter that is never chosen is never measured: try the draft model early for
@@ -463,7 +481,9 @@ class AdaptivePolicy:
             name = option.drafter
             if name != "model" or name == best.drafter or self.banned(name):
                 continue  # lookup proposals are judged for free at every step anyway
-            early = self.stats.model_steps < _EARLY_TRIALS and self._steps >= 2
+            early = (self._steps >= 2 and self.stats.model_steps < _EARLY_TRIALS) or (
+                self._steps >= _SETTLE_STEPS and self._model_steps_here < _ANSWER_TRIALS
+            )
             due = self._steps - self._last_used.get(name, 0) >= self._explore_every
             if (early or due) and self._could_win(best, view.remaining):
                 # A trial drafts a fixed γ = 4 with no early stop: cut short by a pessimistic
@@ -482,6 +502,10 @@ class AdaptivePolicy:
         steering = best.drafter == "model" and self.fixed_gamma is None and not exploring
         keep_going = self._keep_going if steering else None
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
+
+    @staticmethod
+    def _min_gain(option: Choice) -> float:
+        return _MODEL_GAIN if option.drafter == "model" else _MIN_GAIN
 
     def _could_win(self, best: Choice, remaining: int) -> bool:
         """Is a trial of the draft model worth its price? Its steps must beat
@@ -553,7 +577,9 @@ class AdaptivePolicy:
         # chosen: counted in what drafting realizes, a return after a ban would make the
         # draft look worse and be banned again, longer.
         prefill_s = sum(seconds for size, seconds in outcome.draft.decodes if size > _PREFILL_BATCH)
-        self._draft_synced = self._draft_synced or outcome.drafter == "model"
+        drafted_by_model = outcome.drafter == "model"
+        self._draft_synced = self._draft_synced or drafted_by_model
+        self._model_steps_here += drafted_by_model
         step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
         self.realized.observe(outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted)
         self._answer_tokens += outcome.accepted + 1

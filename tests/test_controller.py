@@ -423,6 +423,19 @@ def test_cost_curve_interpolates_and_learns():
     assert 0.2 < curve.estimate(5) < 0.3
 
 
+def test_a_size_seen_online_beside_the_last_does_not_make_long_catch_ups_dear():
+    """The draft's profile has 1, 2, 4 and 65 tokens; a catch-up of 64 seen online, a little
+    cheaper than the profile's 65, must not turn the extrapolation for a 300-token prompt
+    into the slope between 64 and 65 (which priced a prompt at 15 s instead of 3)."""
+    curve = CostCurve(65)
+    for k, seconds in {1: 0.031, 2: 0.046, 4: 0.070, 65: 0.684}.items():
+        curve.set(k, seconds)
+    curve.observe(64, 0.55)
+    assert curve.estimate(65) == pytest.approx(0.684, rel=0.05)
+    assert curve.estimate(300) <= curve.estimate(65) / 65 * 300 * 1.01
+    assert curve.estimate(300) > curve.estimate(65)
+
+
 def test_a_machine_that_slows_down_does_not_make_drafting_look_cheap():
     """Only single-token passes are observed while the machine runs 3× slower: every batch
     size must be re-priced alike, so plain decoding stays the choice."""

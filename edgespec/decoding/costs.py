@@ -146,10 +146,14 @@ class CostCurve:
         # Inside the measured range: linear interpolation (exact at measured points).
         # Below the first point np.interp would hold the first value flat, which is what we
         # want for k = 0..first (never used for pricing). Beyond the last point: extrapolate
-        # along the last segment, never downward.
+        # along the last segment, never downward, and never dearer per token than the last
+        # point itself (a large batch costs a fixed part plus a part per token): sizes seen
+        # online join the measured ones, and a noisy one next to the last (64 beside 65)
+        # would otherwise make every longer catch-up (the draft reading a prompt) look
+        # several times dearer than it is.
         estimates = np.interp(ks, known, values)
         a, b = known[-2], known[-1]
-        slope = max(0.0, (values[-1] - values[-2]) / (b - a))
+        slope = min(max(0.0, (values[-1] - values[-2]) / (b - a)), values[-1] / b)
         beyond = ks > b
         estimates[beyond] = values[-1] + slope * (ks[beyond] - b)
         return estimates.astype(float)

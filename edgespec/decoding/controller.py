@@ -83,8 +83,9 @@ _CALIBRATION_PSEUDO = 3.0  # tokens of evidence that the predictions were right,
 _CARRY_OVER = 0.2  # share of the lookup evidence of earlier answers a new answer starts with
 _PREFILL_BATCH = 4  # a draft decode of more tokens than this is a catch-up prefill, not drafting
 _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
-_ANSWER_TRIALS = 1  # ... and early in every answer: the last answer's text may not be this one's
-_SETTLE_STEPS = 5  # steps of an answer before the draft model may read its prompt (but for early trials)
+# ... and once in every answer (the last answer's text may not be this one's), after this
+# many steps: before them the draft model does not read a new prompt (but for early trials)
+_SETTLE_STEPS = 5
 _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
 _RETURN_STEPS = 4  # model steps that share the catch-up of a return to the draft model
 _TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
@@ -318,7 +319,6 @@ class AdaptivePolicy:
         self.gamma_cap = gamma_cap
         self.fixed_gamma = fixed_gamma
         self.stats = stats or AcceptanceStats()
-        self._model_steps_here = 0  # draft-model steps in this answer
         for lookup in self.stats.lookup.values():
             lookup.soften(_CARRY_OVER)
         self._steps = 0
@@ -482,7 +482,7 @@ class AdaptivePolicy:
             if name != "model" or name == best.drafter or self.banned(name):
                 continue  # lookup proposals are judged for free at every step anyway
             early = (self._steps >= 2 and self.stats.model_steps < _EARLY_TRIALS) or (
-                self._steps >= _SETTLE_STEPS and self._model_steps_here < _ANSWER_TRIALS
+                self._steps >= _SETTLE_STEPS and not self._draft_synced
             )
             due = self._steps - self._last_used.get(name, 0) >= self._explore_every
             if (early or due) and self._could_win(best, view.remaining):
@@ -577,9 +577,7 @@ class AdaptivePolicy:
         # chosen: counted in what drafting realizes, a return after a ban would make the
         # draft look worse and be banned again, longer.
         prefill_s = sum(seconds for size, seconds in outcome.draft.decodes if size > _PREFILL_BATCH)
-        drafted_by_model = outcome.drafter == "model"
-        self._draft_synced = self._draft_synced or drafted_by_model
-        self._model_steps_here += drafted_by_model
+        self._draft_synced = self._draft_synced or outcome.drafter == "model"
         step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
         self.realized.observe(outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted)
         self._answer_tokens += outcome.accepted + 1

@@ -254,6 +254,23 @@ def test_an_option_whose_steps_realize_less_than_plain_decoding_is_dropped_and_t
     assert chosen[-3:] == ["ngram"] * 3, chosen
 
 
+def test_a_few_unlucky_draft_model_steps_are_not_taken_for_a_wrong_price():
+    """At 60 % acceptance a draft-model step of γ = 2 makes 1, 2 or 3 tokens and pays 1.2×
+    where verification is nearly flat. Three steps that made 3, 1 and 1 tokens realized
+    less than plain decoding by luck, with every step costing what it was priced: no ban.
+    Steps that really cost three times their price are banned within a few steps."""
+    policy = AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=AcceptanceStats())
+    draft = Draft(tokens=[0, 0], confidences=[0.9, 0.9], seconds=0.074, decodes=[(1, 0.037), (1, 0.037)])
+    for accepted in (2, 0, 0):
+        policy.observe(StepOutcome("model", 2, accepted, draft, 0.161, 0.0, [0] * (accepted + 1)))
+    plain = 1 / 0.143
+    assert policy.realized.rate("model") < 0.98 * plain  # below plain decoding, by luck
+    assert not policy.banned("model")
+    for _ in range(3):
+        policy.observe(StepOutcome("model", 2, 1, draft, 0.161 + 0.47, 0.0, [0, 0]))
+    assert policy.banned("model")
+
+
 def f16_costs() -> CostModel:
     """The F16 stand-in's shape, with the draft's largest batch measured as a profile does:
     17 tokens in one decode cost about 4 single ones, so reading a prompt is cheap per token."""

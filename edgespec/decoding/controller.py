@@ -25,7 +25,8 @@ and which of them copies the way this answer does.
 
 It also checks itself: predictions come from a model, so it keeps what the steps it took
 actually delivered (tokens and seconds per option, and of plain decoding), and stops
-choosing an option whose realized rate falls below plain decoding's. The option is
+choosing an option whose realized rate falls below plain decoding's by more than luck
+explains (its tokens per step vary; its seconds, if priced right, do not). The option is
 banned for a while (longer each time), and a lookup drafter's ban ends early when its
 proposals, judged for free, turn out right again. The draft model, whose acceptance
 cannot be judged without drafting, is tried for a few steps early on wherever its best
@@ -75,6 +76,11 @@ _MODEL_GAIN = 1.04
 _REALIZED_DECAY = 0.85  # per step of an option: its realized rate follows the last ten or so
 _REALIZED_EVIDENCE = 2.5  # (decayed) steps of an option before its realized rate is trusted
 _REALIZED_MARGIN = 0.98  # an option realizing less than this share of plain decoding's rate loses
+# ... by more than this many standard errors of its tokens per step: a draft model that
+# pays 1.2x at 60 % acceptance makes 1, 2 or 3 tokens a step, and three steps of bad luck
+# are no evidence that its costs were mispriced
+_REALIZED_DOUBT = 1.0
+_REALIZED_SPREAD = 1.0  # squared tokens of spread a step is assumed to have before evidence
 _BAN_STEPS = 12  # steps a losing option is left out the first time; doubled at every new ban
 _MAX_BAN = 192
 _CONFIRMING_RUN = 8  # a banned lookup drafter whose proposal this long proves right is let back
@@ -235,6 +241,7 @@ class RealizedRates:
 
     def __init__(self) -> None:
         self._tokens: dict[str, float] = {}
+        self._squares: dict[str, float] = {}  # of tokens per step: their spread
         self._seconds: dict[str, float] = {}
         self._steps: dict[str, float] = {}
         self._drafted: dict[str, float] = {}
@@ -248,6 +255,7 @@ class RealizedRates:
         d = _REALIZED_DECAY
         for table, value in (
             (self._tokens, tokens),
+            (self._squares, tokens * tokens),
             (self._seconds, seconds),
             (self._steps, 1),
             (self._drafted, drafted),
@@ -272,14 +280,21 @@ class RealizedRates:
         drafted = self._drafted.get(option, 0.0)
         return self._accepted.get(option, 0.0) / drafted if drafted > 0 else 0.0
 
-    def rate(self, option: str) -> float | None:
-        """Tokens per second, once there is enough evidence for it."""
-        if self._steps.get(option, 0.0) < _REALIZED_EVIDENCE:
+    def rate(self, option: str, doubt: float = 0.0) -> float | None:
+        """Tokens per second, once there is enough evidence for it; with ``doubt`` > 0, the
+        rate the steps could have realized with that many standard errors more tokens (an
+        upper bound: luck, not a wrong price, may explain a low rate)."""
+        steps = self._steps.get(option, 0.0)
+        if steps < _REALIZED_EVIDENCE:
             return None
-        return self._tokens[option] / self._seconds[option]
+        tokens = self._tokens[option]
+        if doubt > 0.0:
+            spread = (max(self._squares[option] - tokens * tokens / steps, 0.0) + _REALIZED_SPREAD) / steps
+            tokens += doubt * math.sqrt(spread * steps)
+        return tokens / self._seconds[option]
 
     def forget(self, option: str) -> None:
-        for table in (self._tokens, self._seconds, self._steps, self._drafted, self._accepted):
+        for table in (self._tokens, self._squares, self._seconds, self._steps, self._drafted, self._accepted):
             table.pop(option, None)
 
 
@@ -536,7 +551,7 @@ class AdaptivePolicy:
         """Ban ``option`` if what its steps delivered fell below plain decoding's rate."""
         if option == "none" or option in self._banned:
             return
-        realized = self.realized.rate(option)
+        realized = self.realized.rate(option, _REALIZED_DOUBT)
         if realized is None:
             return
         plain = self.realized.rate("none")

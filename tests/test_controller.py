@@ -271,6 +271,29 @@ def test_a_few_unlucky_draft_model_steps_are_not_taken_for_a_wrong_price():
     assert policy.banned("model")
 
 
+def test_trials_of_the_draft_model_do_not_count_in_what_its_chosen_steps_realize():
+    """A trial drafts four tokens with no early stop, to learn the draft's acceptance: where
+    that is low its steps make fewer tokens a second than plain decoding, as they were
+    bound to. That is not evidence that the draft's chosen steps cost more than priced:
+    the trials leave no realized rate and no ban behind."""
+    policy = AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=AcceptanceStats(model=0.3))
+    helpers = {"model": FakeModelDrafter()}
+    trials = 0
+    for _ in range(12):
+        step = plan(policy, NOVEL, helpers=helpers)
+        if step.drafter == "model":
+            trials += 1
+            accepted = trials % 2  # 0, 1, 0: a draft that rarely pays
+            draft = Draft(tokens=[0] * step.gamma, confidences=[0.5] * step.gamma, seconds=0.037 * step.gamma)
+            new = [0] * (accepted + 1)
+            policy.observe(StepOutcome("model", step.gamma, accepted, draft, 0.193, 0.0, new))
+        else:
+            policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
+    assert trials >= 3
+    assert policy.realized.rate("model") is None
+    assert not policy.banned("model")
+
+
 def f16_costs() -> CostModel:
     """The F16 stand-in's shape, with the draft's largest batch measured as a profile does:
     17 tokens in one decode cost about 4 single ones, so reading a prompt is cheap per token."""

@@ -72,7 +72,12 @@ class CostCurve:
         self.shape = np.full(k_max + 1, np.nan)
         self.level = 1.0
         self.multi = 1.0  # what multi-token passes cost beyond the profile's shape, learned online
-        self._table: np.ndarray | None = None  # estimates for every k, rebuilt after a change
+        # Estimates for every k at level 1, rebuilt after a change of shape or multi (a
+        # single-token pass, the common one, moves only the level, which scales them all)
+        self._unit_table: np.ndarray | None = None
+        self._table: np.ndarray | None = None  # ... and at the current level
+        self._table_level = math.nan
+        self._tail: tuple[int, float, float] = (0, math.nan, math.nan)
         self._drift = np.zeros(k_max + 1)  # EMA of log(observed / profile) relative to size 1
         self._seen = np.zeros(k_max + 1, dtype=int)
         self._baseline: np.ndarray | None = None  # the shape as loaded or measured
@@ -87,10 +92,13 @@ class CostCurve:
             ratio = seconds / (scale * self.shape[k])
             to_level, to_multi = (1.0, 0.0) if k == 1 else (_LEVEL_SHARE, _MULTI_SHARE)
             self.level *= ratio ** (_EMA * to_level)
+            if k == 1:
+                self._track_drift(k, seconds)
+                return  # the level alone moved
             self.multi *= ratio ** (_EMA * to_multi)
             self.shape[k] *= ratio ** (_EMA * (1 - to_level - to_multi))
             self._track_drift(k, seconds)
-        self._table = None
+        self._unit_table = None
 
     def _scale(self, k: int) -> float:
         return self.level * (self.multi if k >= 2 else 1.0)
@@ -121,28 +129,37 @@ class CostCurve:
     def set(self, k: int, seconds: float) -> None:
         """Make the estimate for k exactly ``seconds`` (warm-up, and tests that inject costs)."""
         self.shape[k] = seconds / self._scale(k)
-        self._table = None
+        self._unit_table = None
 
     def table(self) -> np.ndarray:
         """Estimates for k = 0..k_max (index k), computed once per change and in one
         vectorised pass: the controller prices every γ at every step, and this runs after
         every observation, so it must cost microseconds."""
-        if self._table is None:
-            self._table = self._estimates(np.arange(self.k_max + 1))
+        if self._unit_table is None:
+            self._unit_table, self._tail = self._estimates(np.arange(self.k_max + 1))
+            self._table = None
+        if self._table is None or self._table_level != self.level:
+            self._table = self.level * self._unit_table
+            self._table_level = self.level
         return self._table
 
     def estimate(self, k: int) -> float:
         if 0 <= k <= self.k_max:
             return float(self.table()[k])
-        return float(self._estimates(np.array([k]))[0])
+        self.table()  # (rebuilds the tail after a change)
+        last, value, slope = self._tail
+        return self.level * (value + slope * (k - last))
 
-    def _estimates(self, ks: np.ndarray) -> np.ndarray:
+    def _estimates(self, ks: np.ndarray) -> tuple[np.ndarray, tuple[int, float, float]]:
+        """Estimates at level 1 (the caller scales them by the level), and the line
+        (last known size, its value, slope) that prices every size beyond the last."""
         known = np.flatnonzero(~np.isnan(self.shape))
         if known.size == 0:
-            return np.full(ks.shape, math.nan)
-        values = self.level * self.shape[known] * np.where(known >= 2, self.multi, 1.0)
+            return np.full(ks.shape, math.nan), (0, math.nan, math.nan)
+        values = self.shape[known] * np.where(known >= 2, self.multi, 1.0)
+        b = int(known[-1])
         if known.size == 1:  # one point: assume cost proportional to k (pessimistic on GPUs)
-            return values[0] * ks / known[0]
+            return values[0] * ks / b, (b, float(values[0]), float(values[0] / b))
         # Inside the measured range: linear interpolation (exact at measured points).
         # Below the first point np.interp would hold the first value flat, which is what we
         # want for k = 0..first (never used for pricing). Beyond the last point: extrapolate
@@ -152,11 +169,11 @@ class CostCurve:
         # would otherwise make every longer catch-up (the draft reading a prompt) look
         # several times dearer than it is.
         estimates = np.interp(ks, known, values)
-        a, b = known[-2], known[-1]
+        a = int(known[-2])
         slope = min(max(0.0, (values[-1] - values[-2]) / (b - a)), values[-1] / b)
         beyond = ks > b
         estimates[beyond] = values[-1] + slope * (ks[beyond] - b)
-        return estimates.astype(float)
+        return estimates.astype(float), (b, float(values[-1]), float(slope))
 
     def to_json(self) -> dict[str, float]:
         return {str(k): float(self._scale(k) * s) for k, s in enumerate(self.shape) if not math.isnan(s)}
@@ -165,7 +182,7 @@ class CostCurve:
         for k, s in data.items():
             if 1 <= int(k) <= self.k_max and float(s) > 0:
                 self.shape[int(k)] = float(s) / self._scale(int(k))
-        self._table = None
+        self._unit_table = None
 
 
 def implausible(points: dict[int, float]) -> str | None:

@@ -15,6 +15,7 @@ geometric mean over its prompts, reported with its worst prompt.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import resource
@@ -342,41 +343,45 @@ def run_benchmark(
     on_run: Callable[[Run], None] = lambda run: None,
     llamacpp: Path | None = None,
 ) -> Report:
-    """For each prompt, for each repeat, every configuration in turn (A, B, C, A, B, C …),
-    so that runs compared with each other are minutes apart at most. Sampling runs of one
-    repeat share a seed (``seed + repeat``), so they draw from the same random stream."""
+    """For each prompt, for each repeat, every configuration in turn, so that runs compared
+    with each other are minutes apart at most; the order turns by one from one round to the
+    next (A B C, B C A, C A B …) so that no configuration always runs first: on a VM the
+    first and the second run of a round need not be equally fast, and a fixed order would
+    hand that difference to one configuration. Sampling runs of one repeat share a seed
+    (``seed + repeat``), so they draw from the same random stream."""
     # The cost profile is loaded or measured here, before anything is timed.
     state = lm.controller_state()
     report = Report(configs=list(configs), costs=describe(state.costs), machine=machine())
-    for prompt in prompts:
-        tokens = lm.prompt_tokens(prompt.text, chat=True)
-        for repeat in range(repeats):
-            for config in configs:
-                if config == LLAMACPP:
-                    if llamacpp is None:
-                        raise EdgespecError("the llama.cpp configuration needs the tool's path (--llamacpp)")
-                    run = _llamacpp_run(lm, llamacpp, prompt, repeat, max_tokens)
-                    report.runs.append(run)
-                    on_run(run)
-                    continue
-                run_seed = seed + repeat if config.temperature else None
-                lm.target.reset()
-                if lm.draft is not None:
-                    lm.draft.reset()
-                settings = settings_from(
-                    temperature=config.temperature, seed=run_seed, verify=config.verify, max_tokens=max_tokens
-                )
-                steps: Counter = Counter()
-                done = None
-                for event in lm.stream(tokens, settings, drafter=config.drafter, gamma=config.gamma):
-                    if isinstance(event, Step):
-                        steps[event.drafter] += 1
-                    elif isinstance(event, Done):
-                        done = event
-                assert done is not None
-                run = Run.from_done(prompt, config, repeat, run_seed, done, steps)
+    for round_, (prompt, repeat) in enumerate(itertools.product(prompts, range(repeats))):
+        if repeat == 0:
+            tokens = lm.prompt_tokens(prompt.text, chat=True)
+        turn = round_ % len(configs)
+        for config in [*configs[turn:], *configs[:turn]]:
+            if config == LLAMACPP:
+                if llamacpp is None:
+                    raise EdgespecError("the llama.cpp configuration needs the tool's path (--llamacpp)")
+                run = _llamacpp_run(lm, llamacpp, prompt, repeat, max_tokens)
                 report.runs.append(run)
                 on_run(run)
+                continue
+            run_seed = seed + repeat if config.temperature else None
+            lm.target.reset()
+            if lm.draft is not None:
+                lm.draft.reset()
+            settings = settings_from(
+                temperature=config.temperature, seed=run_seed, verify=config.verify, max_tokens=max_tokens
+            )
+            steps: Counter = Counter()
+            done = None
+            for event in lm.stream(tokens, settings, drafter=config.drafter, gamma=config.gamma):
+                if isinstance(event, Step):
+                    steps[event.drafter] += 1
+                elif isinstance(event, Done):
+                    done = event
+            assert done is not None
+            run = Run.from_done(prompt, config, repeat, run_seed, done, steps)
+            report.runs.append(run)
+            on_run(run)
     report.peak_rss = peak_rss_bytes()
     models = [m for m in (lm.target, lm.draft) if m is not None]
     report.memory_budget = sum(m.path.stat().st_size + kv_cache_bytes(m) for m in models)

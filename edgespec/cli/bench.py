@@ -1,7 +1,8 @@
 """``edgespec bench``: speculative configurations against target-only, on the prompt corpus.
 
 The corpus has a dev half (tune on it) and a test half (report from it; the default).
-Runs are interleaved per prompt and repeat (every configuration in turn), one line each
+Runs are interleaved per prompt and repeat (every configuration in turn, the order turning
+by one from round to round so that none always runs first), one line each
 on stderr as it finishes; then per category the decode-phase and end-to-end ratios to
 target-only (geometric mean over prompts, worst prompt, spread over repeats), τ, and the
 share of steps per drafter; then the bars the project holds itself to.

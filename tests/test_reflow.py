@@ -74,3 +74,39 @@ def test_follows_a_growing_context_and_a_new_one(model):
     assert model.detokenize(drafter.lookup(grown, 1)[0]) == " today"
     other = tokens(model, "Source: a dog ran in the park at noon. Copy: a dog ran")
     assert drafter.lookup(other, 4) == ReflowDrafter(model).lookup(other, 4)  # rebuilt, not stale
+
+
+def test_a_holding_copy_reuses_its_tokenization_and_proposes_the_same(model):
+    """While the answer copies, each step's match ends at a token boundary of the last
+    proposal: its remaining tokens are reused (until fewer are left than asked for), and
+    they are what tokenizing afresh gives."""
+    source = (
+        "Release notes:\nThe sync engine now detects renamed files instead of deleting\n"
+        "and re-uploading them, which saves bandwidth on large folders. Conflicts are\n"
+        "shown side by side, and the activity log keeps ninety days of history.\n"
+    )
+    context = tokens(model, source + "Summary: The sync engine now detects renamed")
+    answer = tokens(model, " files instead of deleting and re-uploading them, which saves bandwidth")
+    reused, fresh = ReflowDrafter(model), ReflowDrafter(model)
+    calls, tokenizing_steps = 0, []
+    tokenize = model.tokenize
+
+    def counting(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return tokenize(*args, **kwargs)
+
+    model.tokenize = counting  # type: ignore[method-assign]
+    try:
+        for k in range(len(answer) + 1):
+            before = calls
+            got = reused.lookup(context + answer[:k], 8)
+            if calls > before:
+                tokenizing_steps.append(k)
+            fresh._run = None  # the other drafter always tokenizes anew
+            assert got == fresh.lookup(context + answer[:k], 8)
+    finally:
+        del model.tokenize
+    # ~80 characters tokenized for 8 tokens asked: a few steps each, not every step.
+    assert tokenizing_steps[0] == 0 and len(tokenizing_steps) <= len(answer) // 4, tokenizing_steps
+    assert model.detokenize(got[0]).startswith(" on large folders")

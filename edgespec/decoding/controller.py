@@ -400,13 +400,14 @@ class AdaptivePolicy:
     def _best(
         self, drafter: str, accept: np.ndarray, fixed_cost: float, per_draft: float, calibration: float = 1.0
     ) -> Choice:
-        gammas = np.arange(1, len(accept) + 1)
-        if self.fixed_gamma is not None:
-            gammas = gammas[gammas == min(self.fixed_gamma, len(accept))]
-        if gammas.size == 0:
+        longest = len(accept) if self.fixed_gamma is None else min(self.fixed_gamma, len(accept))
+        if longest < 1:
             return Choice(drafter, 0, 0.0, 1.0, 1.0)
-        expected = 1.0 + calibration * (expected_tokens(accept)[gammas] - 1.0)
+        gammas = np.arange(1, longest + 1) if self.fixed_gamma is None else np.array([longest])
+        # expected_tokens(accept)[gammas] - 1, without building the γ = 0 entry
+        extra = np.cumsum(np.cumprod(accept))[gammas - 1]
         seconds = self._verify_seconds(gammas) + fixed_cost + per_draft * (gammas - 1)
+        expected = 1.0 + calibration * extra
         rates = expected / seconds
         i = int(np.argmax(rates))
         return Choice(drafter, int(gammas[i]), float(rates[i]), float(expected[i]), float(seconds[i]))
@@ -460,13 +461,16 @@ class AdaptivePolicy:
         ends = view.ends_unit
         if ends is None:
             return None
-        ending = np.fromiter((ends(t) for t in proposal), dtype=bool, count=len(proposal))
+        flags = [ends(t) for t in proposal]
+        ending = np.array(flags, dtype=bool)
         after = np.empty_like(ending)
         after[0] = bool(view.context) and ends(view.context[-1])
         after[1:] = ending[:-1]
         # A token that ends a sentence with its punctuation alone ("." in "80 percent.")
-        # is copied as readily as any other; one that carries a line break is not.
-        return after | (ending & np.fromiter((view.breaks_line(t) for t in proposal), dtype=bool))
+        # is copied as readily as any other; one that carries a line break is not. (Only
+        # tokens that end a unit can break a line: ask about those alone, it runs per step.)
+        breaking = [flag and view.breaks_line(t) for flag, t in zip(flags, proposal, strict=True)]
+        return after | np.array(breaking, dtype=bool)
 
     def plan(self, view: StepView) -> Plan:
         self._steps += 1

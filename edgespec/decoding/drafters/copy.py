@@ -233,7 +233,14 @@ class CopyDrafter(LookupDrafter):
         cursor = self._cursor
         if cursor is None or max_tokens <= 0:
             return [], 0
-        tokens: list[int] = []
+        if not (cursor.pending or self._insert or self._replace):
+            # No rule to apply (most copies): the proposal is the source itself, read in
+            # one slice rather than token by token (this runs at every step).
+            tokens = self._source[cursor.pos : cursor.pos + max_tokens]
+            if _SEP in tokens:
+                tokens = tokens[: tokens.index(_SEP)]
+            return tokens, max(self._run, 1) if tokens else 0
+        tokens = []
         while len(tokens) < max_tokens:
             step = self._next(cursor)
             if step is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from dataclasses import dataclass
 
 from edgespec.decoding.drafters.base import LookupDrafter
 from edgespec.runtime.model import Model
@@ -38,6 +39,10 @@ class ReflowDrafter(LookupDrafter):
         self._text = ""  # the context as text, whitespace runs collapsed to one space
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._cached: tuple[int, int, tuple[list[int], int]] | None = None
+        # The last continuation tokenized: while a copy holds, the next step's match ends
+        # at a token boundary inside it, and its remaining tokens are the new proposal.
+        # Tokenizing ~500 characters costs ~0.4 ms, a step's whole Python budget on a GPU.
+        self._run: _Tokenized | None = None
 
     def _update(self, context: list[int]) -> None:
         new = self._advance(context)
@@ -59,6 +64,8 @@ class ReflowDrafter(LookupDrafter):
             chunk = chunk[1:]
         self._text += chunk
         self._cached = None
+        if new is context:
+            self._run = None  # a new text: its offsets mean nothing in the old one
 
     def _longest_earlier_suffix(self) -> tuple[int, int]:
         """(length, end) of the longest suffix of the text that also ends earlier, at
@@ -86,16 +93,56 @@ class ReflowDrafter(LookupDrafter):
         length, end = self._longest_earlier_suffix()
         result: tuple[list[int], int] = ([], 0)
         if length:
-            budget = (max_tokens + 2) * 2 * _CHARS_PER_TOKEN
-            continuation = self._text[end : end + budget]
-            cut = continuation.find(_BOUNDARY)
-            complete = cut >= 0 or end + budget >= len(self._text)
-            if cut >= 0:
-                continuation = continuation[:cut]
-            tokens = self.model.tokenize(continuation, add_special=False) if continuation else []
-            if not complete:
-                tokens = tokens[:-1]  # the text was cut mid-way: its last token may be a fragment
+            tokens = self._continuation(end, max_tokens)
             if tokens:
                 result = (tokens[:max_tokens], max(1, length // _CHARS_PER_TOKEN))
         self._cached = (len(context), max_tokens, result)
         return result
+
+    def _continuation(self, end: int, max_tokens: int) -> list[int]:
+        """The tokens of the text after ``end`` (at least ``max_tokens`` of them where the
+        text goes on), up to a control token, reusing the last tokenization when ``end``
+        is one of its token boundaries."""
+        run = self._run
+        if run is not None:
+            i = run.index_at.get(end)
+            if i is not None and (run.complete or len(run.tokens) - i >= max_tokens):
+                return run.tokens[i:]
+        budget = (max_tokens + 2) * 2 * _CHARS_PER_TOKEN
+        continuation = self._text[end : end + budget]
+        cut = continuation.find(_BOUNDARY)
+        complete = cut >= 0 or end + budget >= len(self._text)
+        if cut >= 0:
+            continuation = continuation[:cut]
+        tokens = self.model.tokenize(continuation, add_special=False) if continuation else []
+        if not complete:
+            tokens = tokens[:-1]  # the text was cut mid-way: its last token may be a fragment
+        # Reused later only if it ended at a control token: one that ran to the end of the
+        # text would now stop short of what the text has grown by since.
+        self._run = _Tokenized.of(tokens, continuation, end, cut >= 0, self.model)
+        return tokens
+
+
+@dataclass
+class _Tokenized:
+    """A tokenized stretch of the text: its tokens, and the text offset each token starts
+    at (only where the tokens spell the text back exactly and start on a character)."""
+
+    tokens: list[int]
+    index_at: dict[int, int]  # text offset -> index of the token that starts there
+    complete: bool  # the stretch runs to a control token: there are no more tokens
+
+    @classmethod
+    def of(cls, tokens: list[int], text: str, start: int, complete: bool, model: Model) -> _Tokenized | None:
+        data = text.encode("utf-8")
+        index_at: dict[int, int] = {}
+        offset = chars = 0
+        for i, token in enumerate(tokens):
+            piece = model.piece(token)
+            if not data.startswith(piece, offset):
+                return None  # a tokenizer that adds or alters text: nothing to reuse
+            if (data[offset] & 0xC0) != 0x80:  # not inside a multi-byte character
+                index_at[start + chars] = i
+            offset += len(piece)
+            chars += sum((byte & 0xC0) != 0x80 for byte in piece)  # characters that start here
+        return cls(tokens, index_at, complete)

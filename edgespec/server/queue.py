@@ -34,6 +34,7 @@ class Ticket:
     position: int = 0  # jobs ahead of this one when it arrived
     dropped: bool = False  # cancelled while waiting: no longer counted, skipped when its turn comes
     started: bool = False
+    released: bool = False  # no longer holds a place: ended, dropped, or its Done was sent
 
     def put(self, item: Event | Exception | None) -> None:
         # RuntimeError: the event loop is gone (server shutting down), nobody listens.
@@ -51,6 +52,11 @@ class EngineQueue:
         self._jobs: queue.SimpleQueue[Ticket | None] = queue.SimpleQueue()
         self._guard = threading.Lock()
         self._waiting = 0
+        # Jobs holding a place, the running one included, until their Done is sent. Capacity
+        # is counted from this, not from ``_current``: a job the idle worker has not picked up
+        # yet, or one whose answer the client already has while the engine tidies up, must
+        # not make the next client look like one too many.
+        self._admitted = 0
         self._current: Ticket | None = None
         self._holding = False  # the current job has seen an event: it holds lm.lock
         self._thread = threading.Thread(target=self._run, name="edgespec-engine", daemon=True)
@@ -63,10 +69,11 @@ class EngineQueue:
     def submit(self, job: Job) -> Ticket:
         ticket = Ticket(job, asyncio.get_running_loop())
         with self._guard:
-            if self._waiting >= self.max_waiting and (self._current is not None or self._waiting > 0):
+            if self._admitted > self.max_waiting:
                 raise QueueFull(self._waiting)
             ticket.position = self._waiting + (self._current is not None)
             self._waiting += 1
+            self._admitted += 1
         self._jobs.put(ticket)
         return ticket
 
@@ -78,6 +85,7 @@ class EngineQueue:
                 # Its place in the queue is free at once, for the next client to take.
                 ticket.dropped = True
                 self._waiting -= 1
+                self._release(ticket)
             elif self._current is ticket and (self._holding or not self.shared):
                 # Stops a long prefill too; the worker repeats the stop at the next event
                 # in case this one came before the engine began (it clears the flag then).
@@ -124,7 +132,14 @@ class EngineQueue:
                 with self._guard:
                     self._current = None
                     self._holding = False
+                    self._release(ticket)
                 ticket.put(None)
+
+    def _release(self, ticket: Ticket) -> None:
+        """Free the ticket's place once; the caller holds ``_guard``."""
+        if not ticket.released:
+            ticket.released = True
+            self._admitted -= 1
 
     def _generate(self, ticket: Ticket) -> None:
         job = ticket.job
@@ -142,9 +157,11 @@ class EngineQueue:
                     self.lm.stop()  # we hold the engine: this stops our generation only
                     stopped = True
                 continue  # drain to Done: the engine ends at its next step
-            ticket.put(event)
             if isinstance(event, Done):
                 # The engine is about to be released: from here a stop could reach the
-                # next generation on it (the chat app's, with --ui), so none is sent.
+                # next generation on it (the chat app's, with --ui), so none is sent. The
+                # place is freed before the client can see its answer and ask again.
                 with self._guard:
                     self._holding = False
+                    self._release(ticket)
+            ticket.put(event)

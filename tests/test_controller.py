@@ -152,6 +152,35 @@ def test_long_reliable_ngram_match_is_used_with_a_long_draft():
     assert chosen.drafter == "ngram" and chosen.gamma >= 12
 
 
+def test_lookups_that_agree_are_priced_apart_from_one_alone():
+    """Two lookups that copy from different places and propose the same next token are
+    judged on their own evidence: here agreed proposals were always right and lone ones
+    never, so only an agreed proposal is drafted, and what it teaches goes to its kind."""
+    stats = AcceptanceStats()
+    for name in ("ngram", "reflow"):
+        lookup = stats.lookup[name]
+        lookup.seen[:] = 50.0
+        lookup.hits[0] = 0.0  # alone: always wrong
+        lookup.hits[1] = 50.0  # agreed: always right
+    policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=22), ("ngram", "reflow"), gamma_cap=16, stats=stats)
+    # "reflow" here is a second n-gram lookup that sees only the last token: it agrees with
+    # the longest match after [1, 2, 3] (both copy 4 ...), not after [7, 8, 9] (50 vs 70).
+    helpers = {"ngram": NgramDrafter(min_n=1, max_n=4), "reflow": NgramDrafter(min_n=1, max_n=1)}
+    agreed = [1, 2, 3, 4, 5, 6, 9, 1, 2, 3]
+    alone = [7, 8, 9, 70, 71, 1, 8, 9, 60, 61, 2, 9, 50, 51, 3, 7, 8, 9]
+    assert plan(policy, alone, helpers=helpers).drafter == "none"
+    chosen = plan(policy, agreed, helpers=helpers)
+    assert chosen.drafter in ("ngram", "reflow") and chosen.gamma >= 2
+    before = stats.lookup["ngram"].seen.copy()
+    policy.observe(
+        StepOutcome(
+            chosen.drafter, 2, 2, Draft(tokens=[4, 5]), verify_s=0.18, overhead_s=0.0, new_tokens=[4, 5, 6]
+        )
+    )
+    grown = stats.lookup["ngram"].seen - before
+    assert grown[1].sum() > 0  # the agreed proposal's tokens were judged as agreed ones
+
+
 def test_fixed_gamma_is_respected_and_zero_means_plain():
     stats = AcceptanceStats(model=0.99)
     flat = {1: 40, 17: 44}

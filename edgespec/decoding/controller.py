@@ -8,7 +8,9 @@ the highest expected tokens per second:
 * each lookup drafter (token n-grams, and "reflow", the same on text blind to line
   wrapping): its proposal (free to compute) with γ chosen so that
   E[tokens] / (T(γ+1) + overhead) is largest, E from the measured acceptance of that
-  drafter's drafts with the same match length;
+  drafter's drafts with the same match length, kept apart for a proposal whose next token
+  another lookup also proposes (two copies from different places that agree are right
+  about twice as often at short matches) and one alone;
 * the draft model: catch-up decode + (γ−1) draft decodes + T(γ+1); while drafting it
   stops early once the next token's expected gain per second (from the draft's own
   confidence, calibrated by measured acceptance) falls below the step's rate so far. Its
@@ -60,6 +62,8 @@ _BUCKETS = 10
 # a wide bucket gathers evidence in a few steps where one per length would stay empty.
 _LENGTH_EDGES = np.array([1, 2, 3, 4, 6, 9, 13, 19, 27, 41, 61, 91])
 _LOOKUP_PRIOR = 0.3  # acceptance of a one-token match before any evidence
+_AGREEMENT_SPAN = 1  # lookups agree when their proposals start with the same tokens ...
+_AGREEMENT_LEVELS = 2  # ... and evidence is kept apart for 0, 1, 2 others agreeing
 _CROSS_PRIOR = 0.5  # chance a copy goes on past a sentence or line end, before evidence
 _CROSS_PSEUDO = 2.0
 _CROSS_DECAY = 0.9  # boundaries are rarer than tokens: remember the last ten or so
@@ -124,8 +128,9 @@ class LookupStats:
     stops at a boundary exactly when the answer keeps leaving the source there."""
 
     def __init__(self) -> None:
-        self.hits = np.zeros(len(_LENGTH_EDGES))
-        self.seen = np.zeros(len(_LENGTH_EDGES))
+        # by agreement (how many other lookups propose the same next tokens), then length
+        self.hits = np.zeros((_AGREEMENT_LEVELS, len(_LENGTH_EDGES)))
+        self.seen = np.zeros((_AGREEMENT_LEVELS, len(_LENGTH_EDGES)))
         self.cross_hits = 0.0
         self.cross_seen = 0.0
         self._estimates: np.ndarray | None = None
@@ -135,15 +140,15 @@ class LookupStats:
     def bucket(effective_len: int | np.ndarray) -> int | np.ndarray:
         return np.searchsorted(_LENGTH_EDGES, np.maximum(effective_len, 1), side="right") - 1
 
-    def observe(self, effective_len: int, hit: bool, *, crossing: bool = False) -> None:
+    def observe(self, effective_len: int, hit: bool, *, crossing: bool = False, agreement: int = 0) -> None:
         if crossing:
             self.cross_hits = _CROSS_DECAY * self.cross_hits + hit
             self.cross_seen = _CROSS_DECAY * self.cross_seen + 1
             self._cross = None
             return
         b = self.bucket(effective_len)
-        self.hits[b] = _DECAY * self.hits[b] + hit
-        self.seen[b] = _DECAY * self.seen[b] + 1
+        self.hits[agreement, b] = _DECAY * self.hits[agreement, b] + hit
+        self.seen[agreement, b] = _DECAY * self.seen[agreement, b] + 1
         self._estimates = None
 
     def soften(self, keep: float) -> None:
@@ -169,19 +174,22 @@ class LookupStats:
         of its own behaves like the longest one that has some: a copy that holds is trusted
         to go on, until the lengths where copies end have been seen."""
         if self._estimates is None:
-            estimates = np.empty(len(_LENGTH_EDGES))
-            prior = _LOOKUP_PRIOR
-            for m in range(len(_LENGTH_EDGES)):
-                seen = self.seen[m] + _PSEUDO
-                prior = (self.hits[m] + _PSEUDO * prior) / seen
-                # Price with a lower confidence bound: where evidence is thin (lengths no
-                # copy has reached yet) a bet on a long draft must not rest on a guess.
-                estimates[m] = max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / seen))
+            estimates = np.empty(self.seen.shape)
+            for a in range(_AGREEMENT_LEVELS):
+                prior = _LOOKUP_PRIOR
+                for m in range(len(_LENGTH_EDGES)):
+                    seen = self.seen[a, m] + _PSEUDO
+                    prior = (self.hits[a, m] + _PSEUDO * prior) / seen
+                    # Price with a lower confidence bound: where evidence is thin (lengths no
+                    # copy has reached yet) a bet on a long draft must not rest on a guess.
+                    estimates[a, m] = max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / seen))
             self._estimates = estimates
         return self._estimates
 
-    def acceptance(self, match_len: int, length: int, crossings: np.ndarray | None = None) -> np.ndarray:
-        accept = self.estimates()[self.bucket(match_len + np.arange(length))]
+    def acceptance(
+        self, match_len: int, length: int, crossings: np.ndarray | None = None, agreement: int = 0
+    ) -> np.ndarray:
+        accept = self.estimates()[agreement, self.bucket(match_len + np.arange(length))]
         if crossings is not None and crossings.any():
             accept = np.where(crossings[:length], self.crossing(), accept)
         return accept
@@ -304,6 +312,7 @@ class _OpenProposal:
     match_len: int
     tokens: list[int]
     crossings: np.ndarray | None = None  # token i follows a sentence or line end
+    agreement: int = 0  # other lookups proposing the same first tokens
     judged: int = 0
 
 
@@ -420,16 +429,22 @@ class AdaptivePolicy:
         cap = min(budget, self.gamma_cap or budget)
         if cap <= 0:
             return options
+        proposals = {}
         for name in LOOKUP_DRAFTERS:
-            if name not in self.allowed:
-                continue
-            lookup: LookupDrafter = view.drafters[name]
-            proposal, n = lookup.lookup(context, cap)
-            if proposal:
-                crossings = self._crossings(view, proposal)
-                self._open.append(_OpenProposal(name, n, proposal, crossings))
-                accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings)
-                options.append(self._best(name, accept, 0.0, 0.0, self.realized.calibration(name)))
+            if name in self.allowed:
+                lookup: LookupDrafter = view.drafters[name]
+                proposal, n = lookup.lookup(context, cap)
+                if proposal:
+                    proposals[name] = (proposal, n)
+        heads = [proposal[:_AGREEMENT_SPAN] for proposal, _ in proposals.values()]
+        for name, (proposal, n) in proposals.items():
+            # Lookups that copy from different places, or blind to wrapping, and still
+            # propose the same next tokens are right far more often than one alone.
+            agreement = min(heads.count(proposal[:_AGREEMENT_SPAN]) - 1, _AGREEMENT_LEVELS - 1)
+            crossings = self._crossings(view, proposal)
+            self._open.append(_OpenProposal(name, n, proposal, crossings, agreement))
+            accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings, agreement)
+            options.append(self._best(name, accept, 0.0, 0.0, self.realized.calibration(name)))
         if "model" in self.allowed:
             drafter: ModelDrafter = view.drafters["model"]
             catch_up = drafter.catch_up_cost_tokens(context)
@@ -635,7 +650,9 @@ class AdaptivePolicy:
                 hit = proposal.tokens[proposal.judged] == token
                 crossing = proposal.crossings is not None and bool(proposal.crossings[proposal.judged])
                 stats = self.stats.lookup[proposal.drafter]
-                stats.observe(proposal.match_len + proposal.judged, hit, crossing=crossing)
+                stats.observe(
+                    proposal.match_len + proposal.judged, hit, crossing=crossing, agreement=proposal.agreement
+                )
                 proposal.judged += 1
                 name = proposal.drafter
                 if (

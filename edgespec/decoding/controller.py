@@ -62,8 +62,9 @@ _BUCKETS = 10
 # a wide bucket gathers evidence in a few steps where one per length would stay empty.
 _LENGTH_EDGES = np.array([1, 2, 3, 4, 6, 9, 13, 19, 27, 41, 61, 91])
 _LOOKUP_PRIOR = 0.3  # acceptance of a one-token match before any evidence
-_AGREEMENT_SPAN = 1  # lookups agree when their proposals start with the same tokens ...
-_AGREEMENT_LEVELS = 2  # ... and evidence is kept apart for 0, 1, 2 others agreeing
+# Evidence is kept apart for a proposal alone and one whose first token another lookup
+# also proposes (more levels, or agreeing on more tokens, split the evidence for no gain).
+_AGREEMENT_LEVELS = 2
 _CROSS_PRIOR = 0.5  # chance a copy goes on past a sentence or line end, before evidence
 _CROSS_PSEUDO = 2.0
 _CROSS_DECAY = 0.9  # boundaries are rarer than tokens: remember the last ten or so
@@ -128,7 +129,7 @@ class LookupStats:
     stops at a boundary exactly when the answer keeps leaving the source there."""
 
     def __init__(self) -> None:
-        # by agreement (how many other lookups propose the same next tokens), then length
+        # by agreement (does another lookup propose the same first token?), then length
         self.hits = np.zeros((_AGREEMENT_LEVELS, len(_LENGTH_EDGES)))
         self.seen = np.zeros((_AGREEMENT_LEVELS, len(_LENGTH_EDGES)))
         self.cross_hits = 0.0
@@ -175,14 +176,13 @@ class LookupStats:
         to go on, until the lengths where copies end have been seen."""
         if self._estimates is None:
             estimates = np.empty(self.seen.shape)
-            for a in range(_AGREEMENT_LEVELS):
-                prior = _LOOKUP_PRIOR
-                for m in range(len(_LENGTH_EDGES)):
-                    seen = self.seen[a, m] + _PSEUDO
-                    prior = (self.hits[a, m] + _PSEUDO * prior) / seen
-                    # Price with a lower confidence bound: where evidence is thin (lengths no
-                    # copy has reached yet) a bet on a long draft must not rest on a guess.
-                    estimates[a, m] = max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / seen))
+            prior = np.full(_AGREEMENT_LEVELS, _LOOKUP_PRIOR)  # every agreement level at once
+            for m in range(len(_LENGTH_EDGES)):
+                seen = self.seen[:, m] + _PSEUDO
+                prior = (self.hits[:, m] + _PSEUDO * prior) / seen
+                # Price with a lower confidence bound: where evidence is thin (lengths no
+                # copy has reached yet) a bet on a long draft must not rest on a guess.
+                estimates[:, m] = np.maximum(0.0, prior - _CAUTION * np.sqrt(prior * (1 - prior) / seen))
             self._estimates = estimates
         return self._estimates
 
@@ -312,7 +312,7 @@ class _OpenProposal:
     match_len: int
     tokens: list[int]
     crossings: np.ndarray | None = None  # token i follows a sentence or line end
-    agreement: int = 0  # other lookups proposing the same first tokens
+    agreement: int = 0  # 1: another lookup proposed the same first token
     judged: int = 0
 
 
@@ -436,11 +436,11 @@ class AdaptivePolicy:
                 proposal, n = lookup.lookup(context, cap)
                 if proposal:
                     proposals[name] = (proposal, n)
-        heads = [proposal[:_AGREEMENT_SPAN] for proposal, _ in proposals.values()]
+        firsts = [proposal[0] for proposal, _ in proposals.values()]
         for name, (proposal, n) in proposals.items():
             # Lookups that copy from different places, or blind to wrapping, and still
-            # propose the same next tokens are right far more often than one alone.
-            agreement = min(heads.count(proposal[:_AGREEMENT_SPAN]) - 1, _AGREEMENT_LEVELS - 1)
+            # propose the same next token are right far more often than one alone.
+            agreement = min(firsts.count(proposal[0]) - 1, _AGREEMENT_LEVELS - 1)
             crossings = self._crossings(view, proposal)
             self._open.append(_OpenProposal(name, n, proposal, crossings, agreement))
             accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings, agreement)

@@ -15,6 +15,7 @@ import pytest
 
 from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.decoding.controller import (
+    _EARLY_TRIALS,
     _MAX_EXPLORE_EVERY,
     _SETTLE_STEPS,
     AcceptanceStats,
@@ -383,11 +384,13 @@ def test_a_long_prompt_for_a_short_answer_is_not_worth_a_trial():
 
 def test_trials_of_a_draft_that_keeps_failing_grow_rarer():
     """Every try pays a catch-up: after drafts that all failed (a trial, or steps that
-    earned a ban), the next try waits twice as long, up to a limit."""
-    policy = AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16)
+    earned a ban), the next try waits twice as long, up to a limit. (The early trials are
+    behind: three failures there would bring the wait to its limit at once.)"""
+    stats = AcceptanceStats(model_steps=_EARLY_TRIALS)
+    policy = AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=stats)
     helpers = {"model": CatchingUpDraft(behind=1)}
     trials = []
-    for step in range(260):
+    for step in range(300):
         plan_ = plan(policy, NOVEL, helpers=helpers)
         if plan_.drafter == "model":
             trials.append(step)
@@ -451,6 +454,20 @@ def test_a_draft_model_trial_drafts_four_tokens_without_an_early_stop():
     trials = [p for p in plans if p.drafter == "model"]
     assert trials, [p.drafter for p in plans]
     assert all(p.gamma == 4 and p.keep_going is None for p in trials)
+
+
+def test_the_draft_models_acceptance_is_learned_within_a_few_steps():
+    """From the prior, two fully accepted steps of four tokens make the draft look reliable,
+    and three steps whose first token fails make it look poor: an EMA from the prior needs
+    a dozen tokens for either, and by then the answer is half over."""
+    right = AcceptanceStats()
+    for _ in range(2):
+        right.observe_model([0.9] * 4, 4)
+    assert right.model >= 0.8
+    wrong = AcceptanceStats()
+    for _ in range(3):
+        wrong.observe_model([0.9] * 4, 0)  # judged: the first token only, and it failed
+    assert wrong.model <= 0.3
 
 
 def test_the_early_stop_gives_thin_evidence_the_benefit_of_the_doubt():

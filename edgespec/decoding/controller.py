@@ -20,7 +20,8 @@ the highest expected tokens per second:
 With p the probability that each next draft is accepted, a step that verifies γ drafts
 yields E = 1 + p + p² + … + p^γ tokens (the accepted prefix plus the target's token).
 
-Statistics react within a few steps (exponential averages), and the lookup drafters'
+Statistics react within a few steps (decayed counts whose prior weighs a couple of
+observations, not a dozen), and the lookup drafters'
 acceptance is also scored counterfactually at every step (did their proposals match what
 the target committed?), so the controller notices at once when text turns repetitive,
 and which of them copies the way this answer does.
@@ -51,10 +52,15 @@ from edgespec.decoding.policy import Plan, StepOutcome, StepView
 from edgespec.errors import EdgespecError
 from edgespec.runtime.model import Model
 
-_MODEL_EMA = 0.08  # EMA weight of the draft model's per-token acceptance: it follows the last
-# dozen or so judged tokens. Where the draft pays only a little (open chat on a GPU) its true
+# The draft model's per-token acceptance: decayed counts of its judged tokens, so it follows
+# the last dozen or so. Where the draft pays only a little (open chat on a GPU) its true
 # acceptance sits near break-even, and a shorter memory dips below it after three unlucky
 # steps; the draft then falls behind and is not tried again for many steps.
+_MODEL_DECAY = 0.92
+_MODEL_PRIOR = 0.6  # before any evidence
+# ... worth this many judged tokens: a first step or two of the draft's own outweighs it
+# (as an EMA from the prior, the first dozen tokens would be needed)
+_MODEL_PSEUDO = 2.0
 _SLOW = 0.1  # EMA weight for the confidence calibration
 _BUCKETS = 10
 # Effective match lengths are pooled into roughly geometric buckets (1, 2, 3, 4-5, 6-8, …,
@@ -204,7 +210,9 @@ class AcceptanceStats:
         default_factory=lambda: {name: LookupStats() for name in LOOKUP_DRAFTERS}
     )
     # draft model: overall per-token acceptance, and calibration by the draft's confidence
-    model: float = 0.6
+    model: float = _MODEL_PRIOR  # (as constructed: the prior, before any evidence)
+    model_hits: float = 0.0  # decayed counts of the draft model's judged tokens
+    model_seen: float = 0.0
     model_by_confidence: np.ndarray = field(
         default_factory=lambda: (np.arange(_BUCKETS) + 0.5) / _BUCKETS  # prior: calibrated
     )
@@ -232,15 +240,21 @@ class AcceptanceStats:
 
     model_steps: int = 0  # steps the draft model has drafted for this pair
 
+    def __post_init__(self) -> None:
+        self._model_prior = self.model
+
     def observe_model(self, confidences: list[float], accepted: int) -> None:
         self.model_steps += 1
         for i, confidence in enumerate(confidences[: accepted + 1]):
             hit = i < accepted
-            self.model = self._ema(self.model, hit, _MODEL_EMA)
+            self.model_hits = _MODEL_DECAY * self.model_hits + hit
+            self.model_seen = _MODEL_DECAY * self.model_seen + 1.0
             b = self._confidence_bucket(confidence)
             self.model_by_confidence[b] = self._ema(self.model_by_confidence[b], hit, _SLOW)
             self.model_confidence_seen *= _DECAY
             self.model_confidence_seen[b] += 1.0
+        prior = _MODEL_PSEUDO * self._model_prior
+        self.model = (self.model_hits + prior) / (self.model_seen + _MODEL_PSEUDO)
 
 
 class RealizedRates:

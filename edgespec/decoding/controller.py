@@ -117,6 +117,15 @@ def expected_tokens(accept: np.ndarray) -> np.ndarray:
     return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(accept))))
 
 
+Rate = float | np.ndarray  # one estimate, or one per bucket
+
+
+def posterior_mean(hits: Rate, seen: Rate, prior: Rate, pseudo: float) -> Rate:
+    """Decayed counts of hits among judged tokens, pulled toward ``prior`` as if it had
+    been seen ``pseudo`` times: the one smoothing every acceptance estimate here uses."""
+    return (hits + pseudo * prior) / (seen + pseudo)
+
+
 # Tokens a draft-model step of γ = 4 makes at the prior's 60 % per token: the pace at which
 # the rest of an answer would share the draft's prompt prefill, before the answer shows its own.
 _MODEL_PACE = float(expected_tokens(np.full(4, 0.6))[-1])
@@ -172,7 +181,7 @@ class LookupStats:
         not a lower bound: boundaries come every line or sentence, so evidence arrives fast,
         and the copy's acceptance around them is already priced cautiously."""
         if self._cross is None:
-            self._cross = (self.cross_hits + _CROSS_PSEUDO * _CROSS_PRIOR) / (self.cross_seen + _CROSS_PSEUDO)
+            self._cross = posterior_mean(self.cross_hits, self.cross_seen, _CROSS_PRIOR, _CROSS_PSEUDO)
         return self._cross
 
     def estimates(self) -> np.ndarray:
@@ -184,8 +193,8 @@ class LookupStats:
             estimates = np.empty(self.seen.shape)
             prior = np.full(_AGREEMENT_LEVELS, _LOOKUP_PRIOR)  # every agreement level at once
             for m in range(len(_LENGTH_EDGES)):
+                prior = posterior_mean(self.hits[:, m], self.seen[:, m], prior, _PSEUDO)
                 seen = self.seen[:, m] + _PSEUDO
-                prior = (self.hits[:, m] + _PSEUDO * prior) / seen
                 # Price with a lower confidence bound: where evidence is thin (lengths no
                 # copy has reached yet) a bet on a long draft must not rest on a guess.
                 estimates[:, m] = np.maximum(0.0, prior - _CAUTION * np.sqrt(prior * (1 - prior) / seen))
@@ -253,8 +262,7 @@ class AcceptanceStats:
             self.model_by_confidence[b] = self._ema(self.model_by_confidence[b], hit, _SLOW)
             self.model_confidence_seen *= _DECAY
             self.model_confidence_seen[b] += 1.0
-        prior = _MODEL_PSEUDO * self._model_prior
-        self.model = (self.model_hits + prior) / (self.model_seen + _MODEL_PSEUDO)
+        self.model = posterior_mean(self.model_hits, self.model_seen, self._model_prior, _MODEL_PSEUDO)
 
 
 class RealizedRates:

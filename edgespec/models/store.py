@@ -15,6 +15,7 @@ always re-hashes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -89,6 +90,22 @@ def write_stamp(path: Path, sha256: str, source: str) -> None:
     os.replace(tmp, _stamp_file(path))
 
 
+def publish(tmp: Path, final: Path) -> None:
+    """Give a finished file its final name for good: its data reaches the disk before the
+    rename (else a crash could leave the final name on a file of zeros), and the rename
+    before this returns. It also means no gigabytes are still being written back when the
+    caller goes on to time something (the F16 stand-in is measured right after it is made)."""
+    with tmp.open("rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    with contextlib.suppress(OSError):  # not every platform can open a directory
+        fd = os.open(final.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def trusted_checksums(model: CatalogModel, stamp: Stamp | None) -> set[str]:
     """Checksums a cached copy of ``model`` may have: the catalog's, plus a hub LFS
     checksum recorded at download time for a hub source the catalog has no sum for."""
@@ -138,7 +155,7 @@ def install(tmp_file: Path, model: CatalogModel, sha256: str, source: str) -> Pa
         final.unlink()
     write_stamp(tmp_file, sha256, source)
     os.replace(_stamp_file(tmp_file), _stamp_file(final))
-    os.replace(tmp_file, final)
+    publish(tmp_file, final)
     # The rename keeps mtime, so the stamp written for the temporary name stays valid.
     return final
 

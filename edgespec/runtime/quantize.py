@@ -81,7 +81,7 @@ def quantize(source: Path, ftype: str = "f16", *, quiet: bool = False) -> Path:
         rc = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
         if rc != 0:
             raise EdgespecError(f"llama.cpp could not convert {source.name} to {ftype.upper()} (code {rc})")
-        os.replace(tmp, final)
+        store.publish(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
     if not quiet:

@@ -153,12 +153,18 @@ def test_bars_name_the_slow_prompt_and_the_category():
     assert any(text.startswith("code editing: auto ×0.87") and "0.97" in text for text in failed)
     assert any(text.startswith("b: auto ×0.50") for text in failed)  # a long answer, far below
     assert not any(text.startswith("a:") for text in failed)
-    # In the f16 regime the open-chat and best-fixed bars come in; here only auto ran.
+    # In the f16 regime the open-chat and best-fixed bars come in. Only auto and target-only
+    # ran here: not drafting is a fixed configuration too, and auto (×0.87) is more than
+    # 10 % behind it.
     chat = synthetic_report()
     for run in chat.runs:
         run.category = "open chat"
-    chat_bars = [text for _, text in bars(chat, chat.summary(), regime="f16")]
-    assert any(text.startswith("open chat (f16): auto") for text in chat_bars)
+    chat_bars = bars(chat, chat.summary(), regime="f16")
+    assert any(text.startswith("open chat (f16): auto") for _, text in chat_bars)
+    best_fixed = [(ok, text) for ok, text in chat_bars if "best fixed" in text]
+    assert best_fixed == [
+        (False, "open chat: auto ×0.87 within 10 % of the best fixed configuration (target only ×1.00)")
+    ]
 
 
 def test_baselines_are_added_for_every_temperature():

@@ -190,15 +190,18 @@ class LookupStats:
         of its own behaves like the longest one that has some: a copy that holds is trusted
         to go on, until the lengths where copies end have been seen."""
         if self._estimates is None:
-            estimates = np.empty(self.seen.shape)
-            prior = np.full(_AGREEMENT_LEVELS, _LOOKUP_PRIOR)  # every agreement level at once
-            for m in range(len(_LENGTH_EDGES)):
-                prior = posterior_mean(self.hits[:, m], self.seen[:, m], prior, _PSEUDO)
-                seen = self.seen[:, m] + _PSEUDO
-                # Price with a lower confidence bound: where evidence is thin (lengths no
-                # copy has reached yet) a bet on a long draft must not rest on a guess.
-                estimates[:, m] = np.maximum(0.0, prior - _CAUTION * np.sqrt(prior * (1 - prior) / seen))
-            self._estimates = estimates
+            # Rebuilt at every step (every step brings evidence), 24 scalars: plain floats,
+            # as numpy calls on arrays of two would cost several times more.
+            estimates = []
+            for hits, seen in zip(self.hits.tolist(), self.seen.tolist(), strict=True):
+                prior, row = _LOOKUP_PRIOR, []
+                for h, n in zip(hits, seen, strict=True):
+                    prior = posterior_mean(h, n, prior, _PSEUDO)
+                    # Price with a lower confidence bound: where evidence is thin (lengths no
+                    # copy has reached yet) a bet on a long draft must not rest on a guess.
+                    row.append(max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / (n + _PSEUDO))))
+                estimates.append(row)
+            self._estimates = np.array(estimates)
         return self._estimates
 
     def acceptance(

@@ -21,10 +21,10 @@ With p the probability that each next draft is accepted, a step that verifies γ
 yields E = 1 + p + p² + … + p^γ tokens (the accepted prefix plus the target's token).
 
 Statistics react within a few steps (decayed counts whose prior weighs a couple of
-observations, not a dozen), and the lookup drafters'
-acceptance is also scored counterfactually at every step (did their proposals match what
-the target committed?), so the controller notices at once when text turns repetitive,
-and which of them copies the way this answer does.
+observations, not a dozen), and the lookup drafters' acceptance is also scored
+counterfactually at every step (did their proposals match what the target committed?), so
+the controller notices at once when text turns repetitive, and which of them copies the
+way this answer does.
 
 It also checks itself: predictions come from a model, so it keeps what the steps it took
 actually delivered (tokens and seconds per option, and of plain decoding), and stops

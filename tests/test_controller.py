@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from edgespec.api import EdgeSpec, RuntimeOptions
+from edgespec.decoding import controller
 from edgespec.decoding.controller import (
     _EARLY_TRIALS,
     _MAX_EXPLORE_EVERY,
@@ -382,27 +383,59 @@ def test_a_long_prompt_for_a_short_answer_is_not_worth_a_trial():
     assert "model" in first_steps(behind=1, remaining=64)
 
 
-def test_trials_of_a_draft_that_keeps_failing_grow_rarer():
-    """Every try pays a catch-up: after drafts that all failed (a trial, or steps that
-    earned a ban), the next try waits twice as long, up to a limit. (The early trials are
-    behind: three failures there would bring the wait to its limit at once.)"""
-    stats = AcceptanceStats(model_steps=_EARLY_TRIALS)
-    policy = AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=stats)
+def trial_steps(policy: AdaptivePolicy, accepted: int, steps: int = 300) -> list[int]:
+    """The steps at which ``policy`` tries the draft model, every draft of which has its
+    first ``accepted`` tokens accepted; the other steps decode plainly."""
     helpers = {"model": CatchingUpDraft(behind=1)}
     trials = []
-    for step in range(300):
+    for step in range(steps):
         plan_ = plan(policy, NOVEL, helpers=helpers)
         if plan_.drafter == "model":
             trials.append(step)
+            ok = min(accepted, plan_.gamma)
             draft = Draft(tokens=[0] * plan_.gamma, confidences=[0.9] * plan_.gamma, seconds=0.15)
-            policy.observe(StepOutcome("model", plan_.gamma, 0, draft, 0.182, 0.0, [0]))
+            policy.observe(StepOutcome("model", plan_.gamma, ok, draft, 0.182, 0.0, [0] * (ok + 1)))
         else:
             policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
+    return trials
+
+
+def test_trials_of_a_draft_that_keeps_failing_grow_rarer(monkeypatch):
+    """Every try pays a catch-up: after drafts that all failed (a trial, or steps that
+    earned a ban), the next try waits twice as long, up to a limit. (The early trials are
+    behind: three failures there would bring the wait to its limit at once. And the bound
+    that the draft's own failures set on its best case is lifted here: it would stop the
+    trials altogether, see the next test.)"""
+    monkeypatch.setattr(controller, "_TRIAL_DOUBT", 100.0)
+    stats = AcceptanceStats(model_steps=_EARLY_TRIALS)
+    policy = AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=stats)
+    trials = trial_steps(policy, accepted=0)
     gaps = np.diff(trials)
     later = gaps[gaps > 1]  # the gaps after the first trials in a row
     assert len(later) >= 3, trials
     assert all(b >= min(2 * a, _MAX_EXPLORE_EVERY) - 1 for a, b in itertools.pairwise(later)), trials
     assert later[-1] >= _MAX_EXPLORE_EVERY - 1, trials
+
+
+def test_a_draft_that_failed_its_trials_in_this_answer_is_not_tried_again_in_it():
+    """Once the draft has drafted in this answer, its best case is bounded by what it
+    showed: a draft whose every trial fails is given up after a couple of tries (each
+    costs a catch-up and a step verified at a loss), while one that gets a token or two
+    right (near break-even on this curve) goes on being tried, and a new answer tries the
+    draft again."""
+    stats = AcceptanceStats(model_steps=_EARLY_TRIALS)
+    failing = trial_steps(AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=stats), accepted=0)
+    assert 1 <= len(failing) <= 2, failing
+    stats = AcceptanceStats(model_steps=_EARLY_TRIALS)
+    partly = trial_steps(AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=stats), accepted=1)
+    assert len(partly) >= 8, partly
+    # the next answer, with the failing draft's statistics: tried once more
+    stats = AcceptanceStats(model_steps=_EARLY_TRIALS)
+    trial_steps(AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=stats), accepted=0)
+    again = trial_steps(
+        AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=stats), accepted=0, steps=40
+    )
+    assert len(again) >= 1, again
 
 
 def test_the_draft_model_does_not_read_the_prompt_in_an_answers_first_steps():

@@ -104,6 +104,10 @@ _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
 # many steps: before them the draft model does not read a new prompt (but for early trials)
 _SETTLE_STEPS = 5
 _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
+# ... once the draft has drafted in this answer: at most its measured acceptance plus this
+# many standard errors. Every trial pays a catch-up and a step verified at a loss where the
+# draft fails (a translation on the F16 stand-in: three trials cost 9 % of the answer).
+_TRIAL_DOUBT = 1.0
 _RETURN_STEPS = 4  # model steps that share the catch-up of a return to the draft model
 _TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
 _TRIAL_GAMMA = 4  # tokens a trial of the draft model drafts
@@ -266,6 +270,12 @@ class AcceptanceStats:
             self.model_confidence_seen *= _DECAY
             self.model_confidence_seen[b] += 1.0
         self.model = posterior_mean(self.model_hits, self.model_seen, self._model_prior, _MODEL_PSEUDO)
+
+    def model_upper(self, doubt: float) -> float:
+        """The draft model's acceptance plus ``doubt`` standard errors of its evidence (a
+        few tokens' worth, as the counts decay): what it could still turn out to be."""
+        p = self.model
+        return min(1.0, p + doubt * math.sqrt(p * (1 - p) / (self.model_seen + _MODEL_PSEUDO)))
 
 
 class RealizedRates:
@@ -572,11 +582,19 @@ class AdaptivePolicy:
         answer must outweigh the switch (the catch-up: the prompt, the first time) at
         ``_TRIAL_ODDS``: the switch is paid for sure, the saving only if the draft turns
         out to pay. Where the draft reads a prompt in a blink (a GPU) trials always pass;
-        a long prompt for a short answer on a CPU is not worth the gamble."""
+        a long prompt for a short answer on a CPU is not worth the gamble.
+
+        Before the draft has drafted in this answer (and in the first trials ever) its
+        best case is a near-perfect draft: this answer's text may suit it far better than
+        the last one's. After that, what it showed bounds it, so a draft that keeps failing
+        here is not tried again in this answer."""
         gamma, switch = _TRIAL_GAMMA, self._switch_s
+        best_case = _OPTIMISTIC
+        if self._draft_synced and self.stats.model_steps >= _EARLY_TRIALS:
+            best_case = min(_OPTIMISTIC, self.stats.model_upper(_TRIAL_DOUBT))
         step_s = float(self._verify_seconds(np.array([gamma]))[0]) + self._catch_up_s - switch
         step_s += self.costs.draft.estimate(1) * (gamma - 1)
-        optimistic = expected_tokens(np.full(gamma, _OPTIMISTIC))[-1] / max(step_s, 1e-9)
+        optimistic = expected_tokens(np.full(gamma, best_case))[-1] / max(step_s, 1e-9)
         if optimistic <= best.rate:
             return False
         saving = remaining * (1.0 / best.rate - 1.0 / optimistic)

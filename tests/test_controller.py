@@ -438,6 +438,20 @@ def test_a_draft_that_failed_its_trials_in_this_answer_is_not_tried_again_in_it(
     assert len(again) >= 1, again
 
 
+def test_the_draft_models_record_from_earlier_answers_is_a_weak_prior_for_a_new_one():
+    """A draft that failed all through the last answer (a translation) and drafts four
+    right tokens in the first step of this one (a sum) is judged mostly on this answer:
+    within one step it is back near its prior, where the old record alone would keep it far
+    below break-even."""
+    stats = AcceptanceStats()
+    for _ in range(30):
+        stats.observe_model([0.5] * 4, 0)
+    assert stats.model < 0.1
+    AdaptivePolicy(f16_costs(), ("model",), gamma_cap=16, stats=stats)  # a new answer
+    stats.observe_model([0.5] * 4, 4)
+    assert stats.model > 0.45, stats.model
+
+
 def test_the_draft_model_does_not_read_the_prompt_in_an_answers_first_steps():
     """An answer that copies its prompt shows it within a few tokens, and the lookups then
     beat a draft that has paid to read the prompt: however well the draft did before, it is

@@ -53,10 +53,12 @@ from edgespec.errors import EdgespecError
 from edgespec.runtime.model import Model
 
 # The draft model's per-token acceptance: decayed counts of its judged tokens, so it follows
-# the last dozen or so. Where the draft pays only a little (open chat on a GPU) its true
-# acceptance sits near break-even, and a shorter memory dips below it after three unlucky
-# steps; the draft then falls behind and is not tried again for many steps.
-_MODEL_DECAY = 0.92
+# the last two dozen or so (six or seven steps of four). A draft's tokens are right in runs
+# (a stretch of arithmetic it gets, a name it does not): with a memory of a dozen, two failed
+# steps in a row priced a draft that pays 1.2x on math below plain decoding, and it waited
+# for its next trial. Each answer starts with a fifth of the last one's evidence
+# (_CARRY_OVER): how well the draft does depends on the text.
+_MODEL_DECAY = 0.96
 _MODEL_PRIOR = 0.6  # before any evidence
 # ... worth this many judged tokens: a first step or two of the draft's own outweighs it
 # (as an EMA from the prior, the first dozen tokens would be needed)
@@ -271,6 +273,13 @@ class AcceptanceStats:
             self.model_confidence_seen[b] += 1.0
         self.model = posterior_mean(self.model_hits, self.model_seen, self._model_prior, _MODEL_PSEUDO)
 
+    def soften_model(self, keep: float) -> None:
+        """Keep only a share of the draft model's evidence: how well it drafts depends on the
+        text (a sum after a chat), so the last answer's record is a weak prior for this one."""
+        self.model_hits *= keep
+        self.model_seen *= keep
+        self.model = posterior_mean(self.model_hits, self.model_seen, self._model_prior, _MODEL_PSEUDO)
+
     def model_upper(self, doubt: float) -> float:
         """The draft model's acceptance plus ``doubt`` standard errors of its evidence (a
         few tokens' worth, as the counts decay): what it could still turn out to be."""
@@ -380,6 +389,7 @@ class AdaptivePolicy:
         self.stats = stats or AcceptanceStats()
         for lookup in self.stats.lookup.values():
             lookup.soften(_CARRY_OVER)
+        self.stats.soften_model(_CARRY_OVER)
         self._steps = 0
         self._last_used = {name: 0 for name in drafters}
         # Recent lookup proposals, used or not, judged against the text as it is committed.

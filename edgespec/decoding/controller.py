@@ -99,7 +99,7 @@ _MAX_BAN = 192
 _CONFIRMING_RUN = 8  # a banned lookup drafter whose proposal this long proves right is let back
 _CALIBRATION_DECAY = 0.9  # per chosen step: the last ten or so steps of an option count
 _CALIBRATION_PSEUDO = 3.0  # tokens of evidence that the predictions were right, before any
-_CARRY_OVER = 0.2  # share of the lookup evidence of earlier answers a new answer starts with
+_CARRY_OVER = 0.2  # share of the drafters' evidence of earlier answers a new answer starts with
 _PREFILL_BATCH = 4  # a draft decode of more tokens than this is a catch-up prefill, not drafting
 _EARLY_TRIALS = 3  # draft-model steps tried early where its best case could pay
 # ... and once in every answer (the last answer's text may not be this one's), after this
@@ -174,8 +174,7 @@ class LookupStats:
         self._estimates = None
 
     def soften(self, keep: float) -> None:
-        """Keep only a share of the evidence: a new answer may copy differently (an edit
-        after a summary), so what the last one showed is a weak prior, not a verdict."""
+        """Keep only a share of the evidence (see AcceptanceStats.soften)."""
         self.hits *= keep
         self.seen *= keep
         self.cross_hits *= keep
@@ -271,14 +270,20 @@ class AcceptanceStats:
             self.model_by_confidence[b] = self._ema(self.model_by_confidence[b], hit, _SLOW)
             self.model_confidence_seen *= _DECAY
             self.model_confidence_seen[b] += 1.0
+        self._update_model()
+
+    def _update_model(self) -> None:
         self.model = posterior_mean(self.model_hits, self.model_seen, self._model_prior, _MODEL_PSEUDO)
 
-    def soften_model(self, keep: float) -> None:
-        """Keep only a share of the draft model's evidence: how well it drafts depends on the
-        text (a sum after a chat), so the last answer's record is a weak prior for this one."""
+    def soften(self, keep: float) -> None:
+        """Keep only a share of every drafter's evidence, as a new answer starts: how well
+        each drafts depends on the text (an edit after a summary, a sum after a chat), so
+        what the last answer showed is a weak prior for this one, not a verdict."""
+        for lookup in self.lookup.values():
+            lookup.soften(keep)
         self.model_hits *= keep
         self.model_seen *= keep
-        self.model = posterior_mean(self.model_hits, self.model_seen, self._model_prior, _MODEL_PSEUDO)
+        self._update_model()
 
     def model_upper(self, doubt: float) -> float:
         """The draft model's acceptance plus ``doubt`` standard errors of its evidence (a
@@ -387,9 +392,7 @@ class AdaptivePolicy:
         self.gamma_cap = gamma_cap
         self.fixed_gamma = fixed_gamma
         self.stats = stats or AcceptanceStats()
-        for lookup in self.stats.lookup.values():
-            lookup.soften(_CARRY_OVER)
-        self.stats.soften_model(_CARRY_OVER)
+        self.stats.soften(_CARRY_OVER)
         self._steps = 0
         self._last_used = {name: 0 for name in drafters}
         # Recent lookup proposals, used or not, judged against the text as it is committed.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
@@ -77,8 +77,18 @@ def prediction_tokens_used(prediction: tuple[int, ...] | list[int], answer: list
 class Engine:
     """Speculative decoding over a target model and optional drafters."""
 
-    def __init__(self, target: Model, draft: Model | None = None):
+    def __init__(
+        self,
+        target: Model,
+        draft: Model | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         self.target = target
+        # Every duration the engine and its drafters report (and the controller learns
+        # from) is read off this clock: a replay on a cost curve this machine does not
+        # have (edgespec.bench.replay) hands in a virtual one.
+        self.clock = clock
         self.drafters: dict[str, Drafter] = {
             "ngram": NgramDrafter(),
             "reflow": ReflowDrafter(target),
@@ -86,6 +96,8 @@ class Engine:
         }
         if draft is not None:
             self.drafters["model"] = ModelDrafter(draft, target.n_vocab)
+        for drafter in self.drafters.values():
+            drafter.clock = clock
         self.cancel = threading.Event()
         self._unit_ends: dict[int, bool] = {}
 
@@ -128,7 +140,7 @@ class Engine:
         for drafter in self.drafters.values():
             drafter.begin(list(prompt), list(settings.prediction))
         generated: list[int] = []
-        started = time.perf_counter()
+        started = self.clock()
 
         # Prefill the target and emit its first token at once: time to first token never
         # includes the draft's prefill.
@@ -136,10 +148,10 @@ class Engine:
         try:
             logits = target.decode(prompt[stats.reused_tokens :], 1)
         except DecodeAborted:
-            stats.wall_s = time.perf_counter() - started
+            stats.wall_s = self.clock() - started
             yield Done(text="", tail="", stop_reason="cancelled", stats=stats)
             return
-        stats.prefill_s = time.perf_counter() - started
+        stats.prefill_s = self.clock() - started
         first = int(np.argmax(logits[0])) if params.greedy else sample(probabilities(logits[0], params), rng)
         stop_reason = ""
         committed = list(prompt)
@@ -147,7 +159,7 @@ class Engine:
             if isinstance(event, str):
                 stop_reason = event
             else:
-                stats.ttft_s = time.perf_counter() - started
+                stats.ttft_s = self.clock() - started
                 yield event
         if not stop_reason and isinstance(self.drafters.get("model"), ModelDrafter) and policy.prefill_draft:
             stats.prefill_s += self.drafters["model"].prefill(committed)
@@ -161,7 +173,7 @@ class Engine:
                 stop_reason = "context_full"
                 break
             budget = min(room, settings.max_tokens - len(generated) - 1, self.max_gamma)
-            step_started = time.perf_counter()
+            step_started = self.clock()
             remaining = settings.max_tokens - len(generated)
             view = StepView(
                 committed,
@@ -178,7 +190,7 @@ class Engine:
             except DecodeAborted:
                 stop_reason = "cancelled"
                 break
-            python_s = time.perf_counter() - step_started - step.draft_s - step.verify_s
+            python_s = self.clock() - step_started - step.draft_s - step.verify_s
             policy.observe(
                 StepOutcome(
                     drafter=step.drafter,
@@ -206,7 +218,7 @@ class Engine:
         if settings.prediction:
             stats.prediction_accepted = prediction_tokens_used(settings.prediction, generated)
         tail = text.finish()
-        stats.wall_s = time.perf_counter() - started
+        stats.wall_s = self.clock() - started
         yield Done(text=text.text, tail=tail, token_ids=generated, stop_reason=stop_reason, stats=stats)
 
     def _step(
@@ -231,9 +243,9 @@ class Engine:
         gamma = len(draft.tokens)
 
         target.mark()
-        verify_start = time.perf_counter()
+        verify_start = self.clock()
         logits = target.decode([committed[-1], *draft.tokens], gamma + 1)
-        verify_s = time.perf_counter() - verify_start
+        verify_s = self.clock() - verify_start
 
         if params.greedy:
             verdict = acceptance.verify_greedy(draft.tokens, np.argmax(logits, axis=1))

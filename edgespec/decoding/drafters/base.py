@@ -54,6 +54,7 @@ class DraftRequest:
 
 class Drafter(Protocol):
     name: str
+    clock: Callable[[], float]  # what durations are read off (the engine's clock)
 
     def begin(self, prompt: list[int], prediction: list[int]) -> None:
         """A new generation starts from ``prompt``; ``prediction`` is the answer the
@@ -68,6 +69,7 @@ class LookupDrafter:
     proposal costs no model call. Subclasses say where to copy from (``lookup``)."""
 
     name = "lookup"
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
 
     def __init__(self) -> None:
         self._seen: list[int] = []  # the context of the last lookup
@@ -90,7 +92,7 @@ class LookupDrafter:
         raise NotImplementedError
 
     def propose(self, context: list[int], request: DraftRequest) -> Draft:
-        start = time.perf_counter()
+        start = self.clock()
         tokens, n = self.lookup(context, request.max_tokens)
         if request.keep_going is not None:
             kept = 0
@@ -100,6 +102,6 @@ class LookupDrafter:
         return Draft(
             tokens=tokens,
             confidences=[1.0] * len(tokens),
-            seconds=time.perf_counter() - start,
+            seconds=self.clock() - start,
             match_len=n,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -15,6 +16,7 @@ class ModelDrafter:
     """A small model of the same vocabulary drafting autoregressively."""
 
     name = "model"
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
 
     def __init__(self, model: Model, target_vocab: int | None = None):
         self.model = model
@@ -27,11 +29,11 @@ class ModelDrafter:
 
     def prefill(self, context: list[int]) -> float:
         """Bring the draft's cache up to ``context`` (all but its last token); seconds."""
-        start = time.perf_counter()
+        start = self.clock()
         reused = self.model.sync(context)
         if len(context) - 1 > reused:
             self.model.decode(context[reused:-1], n_outputs=0)
-        return time.perf_counter() - start
+        return self.clock() - start
 
     def catch_up_cost_tokens(self, context: list[int]) -> int:
         """How many tokens ``propose`` would decode before its first draft token."""
@@ -39,7 +41,7 @@ class ModelDrafter:
 
     def propose(self, context: list[int], request: DraftRequest) -> Draft:
         model = self.model
-        start = time.perf_counter()
+        start = self.clock()
         reused = model.sync(context)
         model.mark()
         draft = Draft(tokens=[], catch_up=len(context) - reused)
@@ -61,13 +63,13 @@ class ModelDrafter:
                 break  # nothing follows the end of the answer: drafting on is wasted work
             if i + 1 < request.max_tokens:
                 logits = self._decode([token], draft)
-        draft.seconds = time.perf_counter() - start
+        draft.seconds = self.clock() - start
         if not greedy:
             draft.q = self._q[: len(draft.tokens)]
         return draft
 
     def _decode(self, tokens: list[int], draft: Draft) -> np.ndarray:
-        start = time.perf_counter()
+        start = self.clock()
         logits = self.model.decode(tokens, 1)[0]
-        draft.decodes.append((len(tokens), time.perf_counter() - start))
+        draft.decodes.append((len(tokens), self.clock() - start))
         return logits

@@ -1,0 +1,498 @@
+"""Replay: the controller's decisions on a cost curve this machine does not have.
+
+Speed-ups depend on what a target pass over k tokens costs against one token, and on what
+a draft token costs. Our users' machines (Apple Silicon, GPUs) verify 8–16 tokens for about
+the price of one; the CPUs we develop on charge several times more. Every controller
+decision must hold in both, and a benchmark can only measure the machine it runs on.
+
+So a replay records, once and for real (llama.cpp, the shipped GGUFs), what decides every
+step: the target's greedy answer to each prompt, and the draft model's greedy guess and
+confidence at every position of it (one teacher-forced pass). It then runs the real
+engine, the real drafters and the real controller again over that answer, with models
+that return the recorded tokens and a virtual clock that charges each decode what a cost
+curve says. Decisions, drafts, acceptance and exactness are the real code's; only the
+seconds are the curve's. What it prints is a consequence of a curve, not a measurement,
+and says so.
+
+Greedy only: under sampling the target's answer depends on the draws. The draft's tokens
+after its first wrong one are not recorded (the target rejects them anyway); it is given a
+token that the target would reject there, and the confidence the recorded pass had.
+
+    python -m edgespec.bench.replay --curve gpu --split dev
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgespec.bench.corpus import CATEGORIES, CorpusPrompt, select
+from edgespec.bench.runner import geomean
+from edgespec.decoding.controller import AcceptanceStats, AdaptivePolicy, ControllerState
+from edgespec.decoding.costs import CostModel, write_atomically
+from edgespec.decoding.engine import Engine, GenerationSettings
+from edgespec.decoding.events import Done, Step
+from edgespec.decoding.policy import FixedPolicy, Policy
+from edgespec.errors import EdgespecError
+from edgespec.models import store
+from edgespec.runtime.model import Model, common_prefix
+
+# -- cost curves ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Curve:
+    """What a machine charges: a target pass over k tokens is ``target_s × target(k)``; a
+    draft decode over k tokens is ``target_s × draft_ratio × draft(k)``. Shapes are given
+    at a few sizes and interpolated (extrapolated along the last segment beyond them)."""
+
+    name: str
+    about: str
+    target_s: float
+    target: dict[int, float]
+    draft_ratio: float
+    draft: dict[int, float]
+    python_s: float = 0.0005  # per step, whatever the option: the controller's own time
+
+    def target_seconds(self, k: int) -> float:
+        return self.target_s * _interpolate(self.target, k)
+
+    def draft_seconds(self, k: int) -> float:
+        return self.target_s * self.draft_ratio * _interpolate(self.draft, k)
+
+
+def _interpolate(points: dict[int, float], k: int) -> float:
+    ks = sorted(points)
+    values = [points[size] for size in ks]
+    if k <= ks[-1]:
+        return float(np.interp(k, ks, values))
+    slope = (values[-1] - values[-2]) / (ks[-1] - ks[-2])
+    return values[-1] + slope * (k - ks[-1])
+
+
+CURVES = {
+    curve.name: curve
+    for curve in (
+        Curve(
+            "cpu",
+            "a 2-core AMD EPYC with AVX-512, as measured through this runtime (edgespec costs "
+            "show, Q4_K_M pair): every extra verified token costs most of a token",
+            0.0307,
+            {
+                1: 1,
+                2: 1.75,
+                3: 2.5,
+                4: 2.97,
+                5: 3.77,
+                8: 6.89,
+                9: 7.36,
+                16: 8.15,
+                17: 9.92,
+                32: 13.9,
+                65: 26.7,
+            },
+            0.66,
+            {1: 1, 2: 1.45, 4: 1.9, 65: 14.1},
+        ),
+        Curve(
+            "cpu-f16",
+            "the same EPYC with the target re-quantized to F16 (--regime f16): a pass over "
+            "5 tokens costs 2x one, a draft token 0.29x a target token",
+            0.078,
+            {1: 1, 2: 1.69, 3: 1.9, 4: 1.96, 5: 2.04, 6: 2.15, 7: 2.85, 9: 2.97, 17: 4.9, 32: 8.1, 65: 16.1},
+            0.29,
+            {1: 1, 2: 1.35, 4: 2.1, 65: 14.8},
+        ),
+        Curve(
+            "xeon-f16",
+            "an Intel Xeon (Sapphire Rapids) with the target in F16, as issue 13 measured it: "
+            "4 tokens verified for 1.27x one, a draft token 0.26x",
+            0.143,
+            {1: 1, 2: 1.1, 5: 1.27, 9: 1.6, 17: 2.3, 65: 6.5},
+            0.26,
+            {1: 1, 2: 1.4, 4: 1.4, 8: 2.6, 16: 3.1, 65: 10},
+        ),
+        Curve(
+            "gpu",
+            "Apple Silicon or a GPU (MACHINE.md: a pass over 8-16 tokens costs about one); "
+            "the 0.5B draft, memory-bound like the target, at 0.35x a target token",
+            0.025,
+            {1: 1, 2: 1.02, 5: 1.05, 9: 1.1, 17: 1.2, 33: 1.5, 65: 2.2},
+            0.35,
+            {1: 1, 2: 1.02, 5: 1.05, 17: 1.2, 65: 2.2},
+        ),
+        Curve(
+            "gpu-slow-draft",
+            "the GPU curve with a draft token at 0.6x a target token (small models are "
+            "launch-bound on a GPU, so a draft is not always much cheaper)",
+            0.025,
+            {1: 1, 2: 1.02, 5: 1.05, 9: 1.1, 17: 1.2, 33: 1.5, 65: 2.2},
+            0.6,
+            {1: 1, 2: 1.02, 5: 1.05, 17: 1.2, 65: 2.2},
+        ),
+    )
+}
+
+
+def cost_model(curve: Curve, k_max: int) -> CostModel:
+    """The controller's cost model as a profile measured on ``curve``'s machine would be."""
+    costs = CostModel.empty(k_max)
+    for k in range(1, k_max + 1):
+        costs.target.set(k, curve.target_seconds(k))
+        costs.draft.set(k, curve.draft_seconds(k))
+    costs.target.freeze_baseline()
+    costs.draft.freeze_baseline()
+    costs.overhead = curve.python_s
+    return costs
+
+
+# -- recording -----------------------------------------------------------------------------
+
+
+@dataclass
+class Recording:
+    """One prompt's answer and the draft's view of it, as llama.cpp computed them."""
+
+    id: str
+    category: str
+    prompt: list[int]
+    answer: list[int]
+    ended: bool  # the answer ended with an end-of-generation token (not at max tokens)
+    guesses: list[int]  # guesses[q]: the draft's greedy token for answer position q
+    confidences: list[float]  # ... and its probability
+
+
+def record(
+    target: Model,
+    draft: Model,
+    prompts: Iterable[tuple[CorpusPrompt, list[int]]],
+    max_tokens: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[Recording]:
+    """Greedy target answers (plain decoding) and the draft's teacher-forced guesses."""
+    recordings = []
+    for prompt, tokens in prompts:
+        engine = Engine(target)
+        target.reset()
+        done = None
+        settings = GenerationSettings(max_tokens=max_tokens)
+        for event in engine.stream(list(tokens), settings):
+            if isinstance(event, Done):
+                done = event
+        assert done is not None
+        answer = list(done.token_ids)
+        guesses, confidences = _teacher_forced(draft, tokens + answer, len(tokens))
+        recordings.append(
+            Recording(
+                prompt.id,
+                prompt.category,
+                list(tokens),
+                answer,
+                done.stop_reason == "eos",
+                guesses,
+                confidences,
+            )
+        )
+        if progress:
+            agree = np.mean([g == a for g, a in zip(guesses, answer, strict=False)]) if answer else 0.0
+            progress(f"{prompt.id}: {len(answer)} tokens, the draft guesses {agree:.0%} of them")
+    return recordings
+
+
+_RECORDING_VERSION = 1
+
+
+def cached_record(
+    target: Model,
+    draft: Model,
+    prompts: list[tuple[CorpusPrompt, list[int]]],
+    max_tokens: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[Recording]:
+    """``record``, kept on disk outside the repository: recording takes minutes, and a
+    replay is run again after every change to the controller, which does not change what
+    is recorded. The key covers both model files, the prompts' tokens and max tokens."""
+    key = hashlib.sha256()
+    for model in (target, draft):
+        info = model.path.stat()
+        key.update(f"{model.path.resolve()}:{info.st_size}:{info.st_mtime_ns}|".encode())
+    key.update(json.dumps([_RECORDING_VERSION, max_tokens, [tokens for _, tokens in prompts]]).encode())
+    path = store.home() / "replay" / f"{key.hexdigest()[:16]}.json"
+    try:
+        return [Recording(**item) for item in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass  # none yet, or unreadable: record again
+    recordings = record(target, draft, prompts, max_tokens, progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps([vars(rec) for rec in recordings]))
+    return recordings
+
+
+def _teacher_forced(draft: Model, sequence: list[int], prompt_len: int) -> tuple[list[int], list[float]]:
+    """The draft's greedy token and its probability after every prefix of ``sequence``
+    from the prompt on: one pass over the recorded answer, chunked to the rows it returns."""
+    draft.reset()
+    if prompt_len > 1:
+        draft.decode(sequence[: prompt_len - 1], 0)
+    rest = sequence[prompt_len - 1 :]
+    width = draft.options.max_outputs
+    guesses: list[int] = []
+    confidences: list[float] = []
+    for start in range(0, len(rest), width):
+        chunk = rest[start : start + width]
+        rows = np.array(draft.decode(chunk, len(chunk)), dtype=np.float64)
+        rows -= rows.max(axis=1, keepdims=True)
+        np.exp(rows, out=rows)
+        guesses += rows.argmax(axis=1).tolist()
+        confidences += (1.0 / rows.sum(axis=1)).tolist()  # the largest entry is exp(0)
+    draft.reset()
+    return guesses, confidences
+
+
+# -- the replayed models -------------------------------------------------------------------
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ReplayedModel:
+    """What the engine and drafters use of ``runtime.model.Model``: a token list that rolls
+    back, and ``decode``, which charges the clock the curve's price and returns rows whose
+    greedy token is the recorded one. Vocabulary questions go to the real model."""
+
+    rollback = "truncate"
+
+    def __init__(
+        self, real: Model, clock: VirtualClock, seconds: Callable[[int], float], python_s: float = 0.0
+    ):
+        self.real = real
+        self.n_vocab = real.n_vocab
+        self.n_ctx = real.n_ctx
+        self.options = real.options
+        self.tokens: list[int] = []
+        self._clock = clock
+        self._seconds = seconds
+        self._python_s = python_s
+        self._sequence: list[int] = []
+        self._prompt_len = 0
+        self._ended = False
+
+    def __getattr__(self, name: str):  # piece, is_eog, is_control, tokenize, ...
+        return getattr(self.real, name)
+
+    def play(self, recording: Recording) -> None:
+        self._sequence = recording.prompt + recording.answer
+        self._prompt_len = len(recording.prompt)
+        self._ended = recording.ended
+        self.tokens = []
+
+    # rollback, as the real model does it
+    def mark(self) -> None:
+        pass
+
+    def keep(self, n: int) -> None:
+        del self.tokens[n:]
+
+    truncate = keep
+
+    def reset(self) -> None:
+        self.tokens = []
+
+    def sync(self, tokens: list[int]) -> int:
+        common = common_prefix(self.tokens, tokens, limit=len(tokens) - 1)
+        self.keep(common)
+        return common
+
+    def decode(self, tokens: list[int], n_outputs: int = 1) -> np.ndarray:
+        if not tokens or not 0 <= n_outputs <= min(len(tokens), self.options.max_outputs):
+            raise ValueError(f"decode of {len(tokens)} tokens with {n_outputs} outputs")
+        self._clock.now += self._seconds(len(tokens)) + self._python_s
+        self.tokens.extend(tokens)
+        rows = np.zeros((n_outputs, self.n_vocab), dtype=np.float32)
+        first = len(self.tokens) - n_outputs
+        for r in range(n_outputs):
+            position = first + r + 1  # the row predicts the token at this position
+            token, logit = self._next(position)
+            rows[r, token] = logit
+        return rows
+
+    def _true(self, position: int) -> int:
+        if position < len(self._sequence):
+            return self._sequence[position]
+        return self.real.eos if self._ended else self.real.bos
+
+    def _next(self, position: int) -> tuple[int, float]:
+        return self._true(position), 30.0  # the target: certain of its recorded answer
+
+
+class ReplayedDraft(ReplayedModel):
+    """The draft: its recorded guess while its context is the recorded text, a token the
+    target rejects once it has left it; with the recorded confidence."""
+
+    def play(self, recording: Recording) -> None:
+        super().play(recording)
+        self._guesses = recording.guesses
+        self._confidences = recording.confidences
+
+    def _next(self, position: int) -> tuple[int, float]:
+        q = min(max(position - self._prompt_len, 0), len(self._guesses) - 1)
+        guess, confidence = self._guesses[q], min(self._confidences[q], 0.999999)
+        on_track = common_prefix(self.tokens, self._sequence, limit=position) == min(
+            position, len(self._sequence)
+        )
+        true = self._true(position)
+        if not on_track and guess == true:
+            guess = (true + 1) % self.n_vocab
+        # a logit whose softmax over the vocabulary gives the recorded confidence
+        logit = math.log(confidence * (self.n_vocab - 1) / (1.0 - confidence))
+        return guess, logit
+
+
+# -- replaying -----------------------------------------------------------------------------
+
+CONFIGS = ("target only", "auto", "model γ=2", "model γ=4", "model γ=8")
+
+
+def policy_for(label: str, state: ControllerState, engine: Engine) -> Policy:
+    if label == "target only":
+        return FixedPolicy("none", 0)
+    if label == "auto":
+        return AdaptivePolicy.create(state, engine.drafters.keys(), engine.max_gamma)
+    drafter, _, gamma = label.partition(" γ=")
+    if not gamma.isdigit():
+        raise EdgespecError(f"unknown configuration {label!r} (known: {', '.join(CONFIGS)}, or 'ngram γ=16')")
+    return FixedPolicy(drafter, int(gamma))
+
+
+@dataclass
+class Replayed:
+    """One configuration's run over one recording."""
+
+    decode_tps: float
+    steps: Counter = field(default_factory=Counter)
+    exact: bool = True
+
+
+def replay(
+    recordings: list[Recording], target: Model, draft: Model, curve: Curve, configs: Iterable[str] = CONFIGS
+) -> dict[str, dict[str, Replayed]]:
+    """Every configuration over every recording, in order (auto's statistics carry from
+    one prompt to the next, as in a session): {prompt id: {config: Replayed}}."""
+    clock = VirtualClock()
+    replayed_target = ReplayedModel(target, clock, curve.target_seconds, curve.python_s)
+    replayed_draft = ReplayedDraft(draft, clock, curve.draft_seconds)
+    engine = Engine(replayed_target, replayed_draft, clock=clock)  # type: ignore[arg-type]
+    state = ControllerState(costs=cost_model(curve, engine.max_gamma + 1), stats=AcceptanceStats())
+    results: dict[str, dict[str, Replayed]] = defaultdict(dict)
+    for rec in recordings:
+        for label in configs:
+            replayed_target.play(rec)
+            replayed_draft.play(rec)
+            settings = GenerationSettings(max_tokens=max(len(rec.answer), 1))
+            steps: Counter = Counter()
+            done = None
+            for event in engine.stream(list(rec.prompt), settings, policy_for(label, state, engine)):
+                if isinstance(event, Step):
+                    steps[event.drafter] += 1
+                elif isinstance(event, Done):
+                    done = event
+            assert done is not None
+            exact = list(done.token_ids) == rec.answer[: len(done.token_ids)]
+            results[rec.id][label] = Replayed(done.stats.decode_tokens_per_second, steps, exact)
+    return results
+
+
+def summarize(
+    recordings: list[Recording], results: dict[str, dict[str, Replayed]], configs: list[str]
+) -> str:
+    """Per category and configuration: the geometric mean of the decode-phase ratio to
+    target-only, the worst prompt, and auto's share of steps per drafter."""
+    lines = [f"{'category':16s}" + "".join(f"{label:>16s}" for label in configs if label != "target only")]
+    by_category: dict[str, list[str]] = defaultdict(list)
+    for rec in recordings:
+        by_category[rec.category].append(rec.id)
+    every: dict[str, list[float]] = defaultdict(list)
+    for category in [c for c in CATEGORIES if c in by_category]:
+        line = f"{category:16s}"
+        for label in configs:
+            if label == "target only":
+                continue
+            ratios = [
+                results[i][label].decode_tps / results[i]["target only"].decode_tps
+                for i in by_category[category]
+            ]
+            every[label] += ratios
+            line += f"{geomean(ratios):9.2f} ({min(ratios):.2f})"
+        if "auto" in configs:
+            steps = sum((results[i]["auto"].steps for i in by_category[category]), Counter())
+            total = sum(steps.values()) or 1
+            line += "   auto: " + " ".join(f"{k} {100 * v / total:.0f}%" for k, v in steps.most_common())
+        lines.append(line)
+    lines.append(
+        f"{'all':16s}"
+        + "".join(f"{geomean(every[c]):9.2f} ({min(every[c]):.2f})" for c in configs if c != "target only")
+    )
+    inexact = [f"{i} {label}" for i, runs in results.items() for label, run in runs.items() if not run.exact]
+    if inexact:
+        lines.append("NOT EXACT: " + ", ".join(inexact))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m edgespec.bench.replay",
+        description="Replay the corpus through the real controller on a cost curve (virtual clock). "
+        "Ratios are what the curve implies, not measurements.",
+    )
+    parser.add_argument("--curve", nargs="+", default=["gpu"], choices=sorted(CURVES))
+    parser.add_argument("--split", default="dev", choices=("dev", "test", "all"))
+    parser.add_argument("--categories", nargs="+", metavar="CAT")
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), metavar="LABEL")
+    parser.add_argument("--max-tokens", type=int, default=96)
+    args = parser.parse_args(argv)
+    if "target only" not in args.configs:
+        args.configs.insert(0, "target only")
+    from edgespec.api import EdgeSpec  # (loads llama.cpp)
+
+    try:
+        lm = EdgeSpec(quiet=True)
+        if lm.draft is None:
+            raise EdgespecError("a replay needs the draft model")
+        prompts = select(args.split, args.categories)
+        chosen = [(p, lm.prompt_tokens(p.text, chat=True)) for p in prompts]
+        print(
+            f"recording {len(chosen)} answers with the real models (kept for the next replay)",
+            file=sys.stderr,
+        )
+        recordings = cached_record(
+            lm.target, lm.draft, chosen, args.max_tokens, lambda line: print(" ", line, file=sys.stderr)
+        )
+        for name in args.curve:
+            curve = CURVES[name]
+            results = replay(recordings, lm.target, lm.draft, curve, args.configs)
+            print(
+                f"\nreplayed on the '{name}' curve ({curve.about}); {args.split} half, {args.max_tokens} "
+                "tokens: decode-phase ratio to target-only, worst prompt in brackets"
+            )
+            print(summarize(recordings, results, args.configs))
+    except EdgespecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The controller's decisions on cost curves this machine does not have.
+
+Answers and the draft's guesses are recorded with the real llama.cpp and the shipped
+GGUFs; the replay runs the real engine, drafters and controller over them with a virtual
+clock priced by a curve (edgespec.bench.replay). A benchmark on this CPU can only show the
+CPU's regime; these tests pin down what auto does where verification is nearly free (a
+GPU, Apple Silicon) and where it is dear, whatever machine runs them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgespec.bench.corpus import select
+from edgespec.bench.replay import CURVES, cached_record, record, replay
+from edgespec.decoding import controller
+
+# open chat and math (where the draft model is the only drafter that can pay), and an
+# edit (where copies pay even on a steep CPU); dev half, so nothing is tuned on the test half
+PROMPTS = ("chat-explain-interest-2", "math-bakery-1", "edit-rename-py-1")
+CONFIGS = ("target only", "auto", "model γ=2", "model γ=4")
+TOKENS = 64
+
+
+@pytest.fixture(scope="module")
+def recordings(pair):
+    chosen = [(p, pair.prompt_tokens(p.text, chat=True)) for p in select(ids=list(PROMPTS))]
+    return record(pair.target, pair.draft, chosen, TOKENS)
+
+
+def ratios(results, prompt: str) -> dict[str, float]:
+    runs = results[prompt]
+    return {label: run.decode_tps / runs["target only"].decode_tps for label, run in runs.items()}
+
+
+def test_the_recording_is_what_the_models_compute(pair, recordings):
+    chat = recordings[0]
+    assert len(chat.answer) == TOKENS and not chat.ended
+    # the target's answer is its greedy decode; the draft's first guess is its argmax
+    pair.target.reset()
+    logits = pair.target.decode(chat.prompt, 1)
+    assert int(np.argmax(logits[0])) == chat.answer[0]
+    pair.draft.reset()
+    row = np.array(pair.draft.decode(chat.prompt, 1)[0], dtype=np.float64)
+    assert int(np.argmax(row)) == chat.guesses[0]
+    # (batched and single-token passes differ in the last digits of the logits)
+    assert chat.confidences[0] == pytest.approx(1.0 / np.exp(row - row.max()).sum(), rel=0.05)
+    pair.target.reset()
+    pair.draft.reset()
+    # the draft guesses much of a chat answer, and not all of it: the replay has work to do
+    agree = np.mean([g == a for g, a in zip(chat.guesses, chat.answer, strict=False)])
+    assert 0.4 < agree < 0.98
+
+
+@pytest.mark.parametrize("curve", sorted(CURVES))
+def test_a_replay_commits_exactly_the_recorded_answer(pair, recordings, curve):
+    results = replay(recordings, pair.target, pair.draft, CURVES[curve], CONFIGS)
+    for rec in recordings:
+        for label, run in results[rec.id].items():
+            assert run.exact, (rec.id, label)
+            assert run.decode_tps > 0
+
+
+def test_where_verification_is_nearly_free_auto_finds_the_draft_model(pair, recordings):
+    results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS)
+    for prompt in ("chat-explain-interest-2", "math-bakery-1"):
+        r = ratios(results, prompt)
+        best_fixed = max(r["target only"], r["model γ=2"], r["model γ=4"])
+        assert best_fixed > 1.15, r  # the draft pays here: a replay that shows it
+        assert r["auto"] >= 0.9 * best_fixed, (prompt, r)
+        steps = results[prompt]["auto"].steps
+        assert steps["model"] == max(steps.values()), (prompt, steps)  # its most frequent choice
+
+
+def test_where_every_verified_token_is_dear_auto_leaves_the_draft_model_alone(pair, recordings):
+    results = replay(recordings, pair.target, pair.draft, CURVES["cpu"], CONFIGS)
+    for prompt in ("chat-explain-interest-2", "math-bakery-1"):
+        r = ratios(results, prompt)
+        assert r["model γ=4"] < 0.8, r  # the draft cannot pay on this curve
+        assert results[prompt]["auto"].steps["model"] == 0, (prompt, results[prompt]["auto"].steps)
+        assert r["auto"] >= 0.97, (prompt, r)
+    # ... while copying a rename pays even here
+    assert ratios(results, "edit-rename-py-1")["auto"] >= 1.15
+
+
+def test_the_replay_shows_a_controller_that_never_tries_the_draft(pair, recordings, monkeypatch):
+    """The GPU test above can fail: a controller that never tries the draft (its best case
+    below plain decoding) and asks ten times plain decoding's rate before choosing it stays
+    at target-only speed where the draft pays."""
+    monkeypatch.setattr(controller, "_OPTIMISTIC", 0.3)
+    monkeypatch.setattr(controller, "_MODEL_GAIN", 10.0)
+    results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS)
+    r = ratios(results, "chat-explain-interest-2")
+    assert results["chat-explain-interest-2"]["auto"].steps["model"] == 0
+    assert r["auto"] < 0.9 * r["model γ=2"]
+
+
+def test_recordings_are_kept_and_a_damaged_one_is_recorded_again(pair, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    chosen = [(p, pair.prompt_tokens(p.text, chat=True)) for p in select(ids=["math-bakery-1"])]
+    first = cached_record(pair.target, pair.draft, chosen, 8)
+    (kept,) = (tmp_path / "replay").glob("*.json")
+    assert cached_record(pair.target, pair.draft, chosen, 8) == first
+    kept.write_text('[{"id": "math-bak')  # cut off mid-write by a crash, say
+    assert cached_record(pair.target, pair.draft, chosen, 8) == first
+    assert json.loads(kept.read_text())[0]["answer"] == first[0].answer
+    # another token budget is another recording
+    assert len(cached_record(pair.target, pair.draft, chosen, 4)[0].answer) == 4
+    assert len(list((tmp_path / "replay").glob("*.json"))) == 2

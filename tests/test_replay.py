@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from edgespec.bench.corpus import select
-from edgespec.bench.replay import CURVES, cached_record, record, replay
+from edgespec.bench.replay import CURVES, cached_record, cost_model, curve_from_costs, record, replay
 from edgespec.decoding import controller
+from edgespec.decoding.costs import CostModel
+from edgespec.errors import EdgespecError
 
 # open chat and math (where the draft model is the only drafter that can pay), and an
 # edit (where copies pay even on a steep CPU); dev half, so nothing is tuned on the test half
@@ -109,3 +111,24 @@ def test_recordings_are_kept_and_a_damaged_one_is_recorded_again(pair, tmp_path,
     # another token budget is another recording
     assert len(cached_record(pair.target, pair.draft, chosen, 4)[0].answer) == 4
     assert len(list((tmp_path / "replay").glob("*.json"))) == 2
+
+
+def test_a_measured_profile_replays_as_the_curve_it_measured():
+    costs = CostModel.empty(17)
+    for k, seconds in {1: 0.030, 2: 0.050, 5: 0.110, 17: 0.300}.items():
+        costs.target.set(k, seconds)
+    costs.draft.set(1, 0.020)
+    costs.draft.set(4, 0.040)
+    curve = curve_from_costs(costs)
+    assert curve.target_seconds(1) == pytest.approx(0.030)
+    assert curve.target_seconds(5) == pytest.approx(0.110)
+    assert curve.target_seconds(17) == pytest.approx(0.300)
+    assert curve.target_seconds(3) == pytest.approx(0.070)  # between measured sizes: a line
+    assert curve.draft_seconds(1) == pytest.approx(0.020)
+    assert curve.draft_seconds(4) == pytest.approx(0.040)
+    # the controller handed this curve prices every size as the profile did
+    rebuilt = cost_model(curve, 17)
+    for k in (1, 2, 3, 5, 9, 17):
+        assert rebuilt.target.estimate(k) == pytest.approx(costs.target.estimate(k))
+    with pytest.raises(EdgespecError, match="single-token"):
+        curve_from_costs(CostModel.empty(4))

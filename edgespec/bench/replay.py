@@ -142,6 +142,25 @@ CURVES = {
 }
 
 
+def curve_from_costs(costs: CostModel, name: str = "here") -> Curve:
+    """The curve of a measured cost profile (this machine's, for ``--curve here``): a replay
+    on it can be set beside ``edgespec bench`` on the same machine, to see what the replay
+    leaves out (the controller's Python time, the machine's noise)."""
+    target, draft = costs.target, costs.draft
+    if not (target.measured(1) and draft.measured(1)):
+        raise EdgespecError("the cost profile has no single-token costs to replay")
+    one, draft_one = target.estimate(1), draft.estimate(1)
+    return Curve(
+        name,
+        f"this machine's measured profile: T(1) {1000 * one:.0f} ms, a draft token {draft_one / one:.2f}x",
+        one,
+        {k: target.estimate(k) / one for k in range(1, target.k_max + 1) if target.measured(k)},
+        draft_one / one,
+        {k: draft.estimate(k) / draft_one for k in range(1, draft.k_max + 1) if draft.measured(k)} | {1: 1.0},
+        python_s=costs.overhead,
+    )
+
+
 def cost_model(curve: Curve, k_max: int) -> CostModel:
     """The controller's cost model as a profile measured on ``curve``'s machine would be."""
     costs = CostModel.empty(k_max)
@@ -457,7 +476,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Replay the corpus through the real controller on a cost curve (virtual clock). "
         "Ratios are what the curve implies, not measurements.",
     )
-    parser.add_argument("--curve", nargs="+", default=["gpu"], choices=sorted(CURVES))
+    parser.add_argument(
+        "--curve",
+        nargs="+",
+        default=["gpu"],
+        choices=[*sorted(CURVES), "here"],
+        help="cost curves to replay on; 'here' is this machine's measured profile",
+    )
     parser.add_argument("--split", default="dev", choices=("dev", "test", "all"))
     parser.add_argument("--categories", nargs="+", metavar="CAT")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), metavar="LABEL")
@@ -481,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             lm.target, lm.draft, chosen, args.max_tokens, lambda line: print(" ", line, file=sys.stderr)
         )
         for name in args.curve:
-            curve = CURVES[name]
+            curve = curve_from_costs(lm.controller_state().costs) if name == "here" else CURVES[name]
             results = replay(recordings, lm.target, lm.draft, curve, args.configs)
             print(
                 f"\nreplayed on the '{name}' curve ({curve.about}); {args.split} half, {args.max_tokens} "

@@ -36,6 +36,7 @@ import numpy as np
 
 from edgespec.bench.corpus import CATEGORIES, CorpusPrompt, select
 from edgespec.bench.runner import geomean
+from edgespec.bootstrap import LLAMA_CPP_VERSION
 from edgespec.decoding.controller import AcceptanceStats, AdaptivePolicy, ControllerState
 from edgespec.decoding.costs import CostModel, write_atomically
 from edgespec.decoding.engine import Engine, GenerationSettings
@@ -238,12 +239,14 @@ def cached_record(
 ) -> list[Recording]:
     """``record``, kept on disk outside the repository: recording takes minutes, and a
     replay is run again after every change to the controller, which does not change what
-    is recorded. The key covers both model files, the prompts' tokens and max tokens."""
+    is recorded. The key covers both model files, the llama.cpp release, the prompts (ids,
+    categories, tokens) and max tokens."""
     key = hashlib.sha256()
     for model in (target, draft):
         info = model.path.stat()
         key.update(f"{model.path.resolve()}:{info.st_size}:{info.st_mtime_ns}|".encode())
-    key.update(json.dumps([_RECORDING_VERSION, max_tokens, [tokens for _, tokens in prompts]]).encode())
+    described = [[p.id, p.category, tokens] for p, tokens in prompts]
+    key.update(json.dumps([_RECORDING_VERSION, LLAMA_CPP_VERSION, max_tokens, described]).encode())
     path = store.home() / "replay" / f"{key.hexdigest()[:16]}.json"
     try:
         return [Recording(**item) for item in json.loads(path.read_text())]

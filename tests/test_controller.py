@@ -236,6 +236,74 @@ def test_reacts_within_a_few_steps_when_text_turns_repetitive_and_back():
     assert chosen_per_step[-3:] == ["none"] * 3, chosen_per_step
 
 
+class CountingNgram(NgramDrafter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups = 0
+
+    def lookup(self, context, max_tokens):
+        self.lookups += 1
+        return super().lookup(context, max_tokens)
+
+
+def steps_on_novel_text(policy: AdaptivePolicy, helpers: dict, steps: int, start: int = 1000) -> list[str]:
+    """Plan and commit ``steps`` plain tokens of text that never repeats."""
+    context, chosen = list(NOVEL), []
+    for token in range(start, start + steps):
+        step = plan(policy, context, helpers=helpers)
+        chosen.append(step.reason)
+        gamma = step.gamma if step.drafter != "none" else 0
+        policy.observe(StepOutcome(step.drafter, gamma, 0, Draft(tokens=[]), 0.04, 0.0, [token]))
+        context.append(token)
+    return chosen
+
+
+def test_where_nothing_comes_near_paying_the_controller_looks_less_often_but_keeps_looking():
+    """On a steep CPU curve, over text that never repeats, no lookup comes near plain
+    decoding's rate and the draft model cannot pay even at its best: planning (most of
+    the controller's own time) is skipped for 1, 2, 4, then at most _MAX_IDLE steps at a
+    time, and a copy that starts is found within that many tokens."""
+    ngram = CountingNgram()
+    helpers = {"ngram": ngram, "model": FakeModelDrafter()}
+    policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"), gamma_cap=16)
+    reasons = steps_on_novel_text(policy, helpers, 60)
+    idle = [r == "idle" for r in reasons]
+    assert sum(idle) > 40, reasons  # most steps skip planning ...
+    assert ngram.lookups == 60 - sum(idle)  # ... and skip the lookups with it
+    longest = max(len(list(run)) for is_idle, run in itertools.groupby(idle) if is_idle)
+    assert longest == controller._MAX_IDLE  # ... but never for long
+    # The text turns into a copy of what came before: the first proposal looked at is
+    # judged right twice in a row, every step is planned again, and the copy is drafted.
+    source = list(range(1000, 1060))
+    context = [*NOVEL, *source, *source[:3]]
+    at, reasons, drafters_chosen = 3, [], []
+    while at < 40:
+        step = plan(policy, context, helpers=helpers)
+        reasons.append(step.reason)
+        drafters_chosen.append(step.drafter)
+        gamma = step.gamma if step.drafter != "none" else 0
+        new = source[at : at + gamma + 1]
+        policy.observe(StepOutcome(step.drafter, gamma, gamma, Draft(tokens=[]), 0.04, 0.0, new))
+        context, at = context + new, at + len(new)
+    first_look = next(i for i, reason in enumerate(reasons) if reason != "idle")
+    assert first_look <= controller._MAX_IDLE, reasons
+    assert "idle" not in reasons[first_look + 2 :], reasons  # two tokens of its proposal hold
+    first_copy = drafters_chosen.index("ngram")
+    assert first_copy <= first_look + 8, drafters_chosen
+    assert set(drafters_chosen[first_copy:]) == {"ngram"}, drafters_chosen
+
+
+def test_where_the_draft_model_could_pay_the_controller_never_stops_looking():
+    """The F16 stand-in on the AVX-512 EPYC: verifying 2 tokens costs 1.7x one, so no
+    lookup comes near paying over text that never repeats, but a cheap draft's best case
+    beats plain decoding: every step is planned (trials of the draft are decided there)."""
+    helpers = {"ngram": CountingNgram(), "model": FakeModelDrafter()}
+    epyc_f16 = {1: 78, 2: 132, 5: 159, 9: 232, 17: 382}
+    policy = AdaptivePolicy(costs(epyc_f16, draft_ms=23), ("ngram", "model"), gamma_cap=16)
+    reasons = steps_on_novel_text(policy, helpers, 40)
+    assert "idle" not in reasons
+
+
 class FrozenCurve(CostCurve):
     """A cost curve that never learns: a profile that is wrong and stays wrong, so that
     only the controller's own check of what its steps realized can save it."""

@@ -35,6 +35,11 @@ proposals, judged for free, turn out right again. The draft model, whose accepta
 cannot be judged without drafting, is tried for a few steps early on wherever its best
 case could pay, once in every answer after its first few steps, and now and then
 afterwards, so a machine where it pays (a GPU, Apple Silicon) is found within a few steps.
+
+Where nothing comes near paying (a steep CPU, over text that nothing copies, with a draft
+model that cannot pay there even at its best), it stops looking for a while: 1, 2, 4, then
+at most 8 steps at a time without lookups or pricing, until a proposal it did look at
+proves right for two tokens in a row.
 """
 
 from __future__ import annotations
@@ -111,6 +116,14 @@ _OPTIMISTIC = 0.9  # per-token acceptance of the draft model's best case
 # draft fails (a translation on the F16 stand-in: three trials cost 9 % of the answer).
 _TRIAL_DOUBT = 1.0
 _RETURN_STEPS = 4  # model steps that share the catch-up of a return to the draft model
+# Where no drafting option comes within this share of plain decoding's rate, and the draft
+# model cannot pay even at its best (a steep CPU, over text nothing copies), planning is
+# skipped for a while: planning (the lookups and their pricing) takes 0.4 ms of the 0.7 ms
+# of Python around each step on the AVX-512 EPYC (a step: 31 ms), and most steps of
+# a chat or a translation there decode plainly anyway.
+_IDLE_RATIO = 0.85
+_MAX_IDLE = 8  # most steps skipped in a row: a copy that starts is seen within this many
+_WAKING_RUN = 2  # tokens in a row a proposal looked at must get right to end the skipping
 _TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
 _TRIAL_GAMMA = 4  # tokens a trial of the draft model drafts
 LOOKUP_DRAFTERS = ("ngram", "reflow", "copy")  # draftless: proposals copied out of the context
@@ -411,6 +424,8 @@ class AdaptivePolicy:
         self._answer_passes = 0
         self.realized = RealizedRates()
         self._chosen: Choice | None = None
+        self._idle = 0  # plans in a row where nothing came near paying
+        self._idle_until = 0  # first step planned again
         self._banned: dict[str, int] = {}  # option -> first step it may be chosen again
         self._strikes: dict[str, int] = {}
         # Banned because its drafts failed (not because its steps cost more than priced):
@@ -537,6 +552,11 @@ class AdaptivePolicy:
 
     def plan(self, view: StepView) -> Plan:
         self._steps += 1
+        if self._steps < self._idle_until:
+            # Nothing came near paying at the last plans: decode plainly without looking
+            # (the lookups and their pricing are most of the controller's own time).
+            self._chosen, self._exploring = None, False
+            return Plan("none", 0, reason="idle")
         options = self.choices(view)
         if self.fixed_gamma == 0 or not self.allowed:
             options = options[:1]
@@ -576,6 +596,7 @@ class AdaptivePolicy:
                 break
         if best.drafter != "none":
             self._last_used[best.drafter] = self._steps
+        self._note_idle(plain, options)
         self._chosen = best
         reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
         self._expected, self._included_p = 1.0, 1.0
@@ -584,6 +605,18 @@ class AdaptivePolicy:
         steering = best.drafter == "model" and self.fixed_gamma is None and not exploring
         keep_going = self._keep_going if steering else None
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
+
+    def _note_idle(self, plain: Choice, options: list[Choice]) -> None:
+        """Count plans in a row where no drafting option came within _IDLE_RATIO of plain
+        decoding; after n ≥ 2 of them, the next min(2^(n-2), _MAX_IDLE) steps skip planning."""
+        closest = max((c.rate for c in options[1:]), default=0.0)
+        hopeful = "model" in self.allowed and self._best_case_rate() > plain.rate
+        if closest < plain.rate * _IDLE_RATIO and not hopeful:
+            self._idle += 1
+            if self._idle >= 2:
+                self._idle_until = self._steps + 1 + min(2 ** (self._idle - 2), _MAX_IDLE)
+        else:
+            self._idle = 0
 
     @staticmethod
     def _min_gain(option: Choice) -> float:
@@ -601,17 +634,22 @@ class AdaptivePolicy:
         best case is a near-perfect draft: this answer's text may suit it far better than
         the last one's. After that, what it showed bounds it, so a draft that keeps failing
         here is not tried again in this answer."""
-        gamma, switch = _TRIAL_GAMMA, self._switch_s
-        best_case = _OPTIMISTIC
-        if self._draft_synced and self.stats.model_steps >= _EARLY_TRIALS:
-            best_case = min(_OPTIMISTIC, self.stats.model_upper(_TRIAL_DOUBT))
-        step_s = float(self._verify_seconds(np.array([gamma]))[0]) + self._catch_up_s - switch
-        step_s += self.costs.draft.estimate(1) * (gamma - 1)
-        optimistic = expected_tokens(np.full(gamma, best_case))[-1] / max(step_s, 1e-9)
+        optimistic = self._best_case_rate()
         if optimistic <= best.rate:
             return False
         saving = remaining * (1.0 / best.rate - 1.0 / optimistic)
-        return saving > _TRIAL_ODDS * switch
+        return saving > _TRIAL_ODDS * self._switch_s
+
+    def _best_case_rate(self) -> float:
+        """Tokens per second of a trial's step of the draft model at its best case (its
+        switch cost aside): see _could_win."""
+        gamma = _TRIAL_GAMMA
+        best_case = _OPTIMISTIC
+        if self._draft_synced and self.stats.model_steps >= _EARLY_TRIALS:
+            best_case = min(_OPTIMISTIC, self.stats.model_upper(_TRIAL_DOUBT))
+        step_s = float(self._verify_seconds(np.array([gamma]))[0]) + self._catch_up_s - self._switch_s
+        step_s += self.costs.draft.estimate(1) * (gamma - 1)
+        return float(expected_tokens(np.full(gamma, best_case))[-1]) / max(step_s, 1e-9)
 
     def banned(self, option: str) -> bool:
         until = self._banned.get(option)
@@ -718,6 +756,8 @@ class AdaptivePolicy:
                     and name in self._failed_drafts
                 ):
                     del self._banned[name]  # new evidence: it copies right again
+                if hit and proposal.judged == _WAKING_RUN:
+                    self._idle, self._idle_until = 0, 0  # a copy holds: look at every step again
                 if not hit or proposal.judged == len(proposal.tokens):
                     self._open.remove(proposal)
 

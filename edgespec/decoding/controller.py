@@ -553,8 +553,7 @@ class AdaptivePolicy:
     def plan(self, view: StepView) -> Plan:
         self._steps += 1
         if self._steps < self._idle_until:
-            # Nothing came near paying at the last plans: decode plainly without looking
-            # (the lookups and their pricing are most of the controller's own time).
+            # Nothing came near paying at the last plans (_note_idle): decode plainly.
             self._chosen, self._exploring = None, False
             return Plan("none", 0, reason="idle")
         options = self.choices(view)
@@ -610,8 +609,10 @@ class AdaptivePolicy:
         """Count plans in a row where no drafting option came within _IDLE_RATIO of plain
         decoding; after n ≥ 2 of them, the next min(2^(n-2), _MAX_IDLE) steps skip planning."""
         closest = max((c.rate for c in options[1:]), default=0.0)
-        hopeful = "model" in self.allowed and self._best_case_rate() > plain.rate
-        if closest < plain.rate * _IDLE_RATIO and not hopeful:
+        # (the draft's best case is priced only where the lookups are out of the running)
+        if closest < plain.rate * _IDLE_RATIO and not (
+            "model" in self.allowed and self._best_case_rate() > plain.rate
+        ):
             self._idle += 1
             if self._idle >= 2:
                 self._idle_until = self._steps + 1 + min(2 ** (self._idle - 2), _MAX_IDLE)

@@ -31,6 +31,7 @@ from edgespec.decoding.costs import (
     load_or_measure,
     profile_facts,
     profile_path,
+    profile_path_for,
 )
 from edgespec.decoding.drafters import Draft, NgramDrafter
 from edgespec.decoding.policy import StepOutcome, StepView
@@ -709,7 +710,10 @@ def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_meas
 
 def test_the_profile_is_keyed_by_machine_build_and_exact_files(smol):
     facts = profile_facts(smol.target, None)
-    assert {"cpu", "cores", "llama.cpp", "target", "draft"} <= set(facts)
+    assert {"cpu", "isa", "cores", "llama.cpp", "target", "draft"} <= set(facts)
+    # two hosts a VM names alike ("AMD EPYC") but with other instruction sets keep apart
+    other = facts | {"isa": "avx avx2" if facts["isa"] != "avx avx2" else "avx avx2 avx512f"}
+    assert profile_path_for(other, "t", None) != profile_path_for(facts, "t", None)
     assert facts["cpu"] and facts["llama.cpp"].startswith(llama_cpp_version())
     assert smol.target.name in profile_path(smol.target, None).name
 

@@ -9,6 +9,7 @@ import pytest
 from edgespec.errors import EdgespecError
 from edgespec.runtime.compat import check_pair, text_difference
 from edgespec.runtime.model import LoadOptions, Model
+from edgespec.runtime.system import widest_isa
 
 PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 
@@ -162,3 +163,17 @@ def test_pair_compatibility_on_loaded_vocabularies(target_path, draft_path, smol
     finally:
         for m in (target, draft, smol):
             m.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "name"),
+    [
+        ({"avx", "avx2", "fma", "avx512f", "avx512bw", "amx_tile", "amx_int8"}, "AVX-512 + AMX"),
+        ({"avx", "avx2", "fma", "avx512f"}, "AVX-512"),
+        ({"avx", "avx2", "fma", "f16c"}, "AVX2"),  # an AVX2 EPYC, also named "AMD EPYC" in a VM
+        ({"fp", "asimd", "asimddp"}, "NEON"),
+        (set(), "scalar"),
+    ],
+)
+def test_figures_name_the_widest_vector_extension(flags, name):
+    assert widest_isa(flags) == name

@@ -34,7 +34,7 @@ from edgespec.decoding.events import Done, Step
 from edgespec.errors import EdgespecError
 from edgespec.runtime.chat_template import render
 from edgespec.runtime.model import Model, default_threads
-from edgespec.runtime.system import cpu_model
+from edgespec.runtime.system import cpu_flags, cpu_model, widest_isa
 
 
 @dataclass(frozen=True)
@@ -285,8 +285,9 @@ def _no_nan(value: object) -> object:
 
 
 def machine() -> str:
-    """The CPU's model name: figures from one machine say little about another."""
-    return f"{cpu_model()}, {os.cpu_count()} cores"
+    """The CPU's model name and widest vector extension: figures from one machine say
+    little about another."""
+    return f"{cpu_model()} ({widest_isa(cpu_flags())}), {os.cpu_count()} cores"
 
 
 def kv_cache_bytes(model: Model) -> int:

@@ -112,7 +112,7 @@ def _status(path) -> str:
         flags.append(f"implausible: {reason}")
     facts = data.get("facts") or {}
     if facts.get("cpu"):
-        flags.append(facts["cpu"])
+        flags.append(facts["cpu"] + (f" ({facts['isa']})" if facts.get("isa") else ""))
     return ", ".join(flags)
 
 

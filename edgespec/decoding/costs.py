@@ -36,7 +36,7 @@ import numpy as np
 from edgespec.models import store
 from edgespec.progress import count_bar
 from edgespec.runtime.model import Model
-from edgespec.runtime.system import build_fingerprint, cpu_model
+from edgespec.runtime.system import build_fingerprint, cpu_flags, cpu_model, isa_of_interest
 
 PROFILE_VERSION = 3  # 3: the median of the rounds (2 kept the fastest)
 _EMA = 0.3  # weight of a new measurement
@@ -326,6 +326,9 @@ def profile_facts_for(target: str, draft: str | None) -> dict[str, str]:
     """What a profile is keyed by, from the models' descriptions (``describe_model``)."""
     return {
         "cpu": cpu_model(),
+        # Virtual machines often name only the vendor ("AMD EPYC" on both an AVX2 and an
+        # AVX-512 host, whose cost curves differ): the instruction sets tell them apart.
+        "isa": " ".join(isa_of_interest(cpu_flags())),
         "cores": str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
         "llama.cpp": build_fingerprint(),
         "target": target,

@@ -74,6 +74,16 @@ def isa_of_interest(flags: frozenset[str] | set[str]) -> list[str]:
     return [f for f in ISA_OF_INTEREST if f in flags]
 
 
+def widest_isa(flags: frozenset[str] | set[str]) -> str:
+    """The widest vector extension in one word ("AVX-512 + AMX", "AVX2", ...): it sets the
+    shape of the cost curve, and a VM's model name ("AMD EPYC") may not tell it."""
+    for flag, name in (("amx_tile", "AVX-512 + AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2"),
+                       ("avx", "AVX"), ("sve", "SVE"), ("asimd", "NEON")):  # fmt: skip
+        if flag in flags:
+            return name
+    return "scalar"
+
+
 def os_name() -> str:
     if platform.system() == "Darwin":
         return f"macOS {platform.mac_ver()[0]} ({platform.machine()})"

@@ -104,6 +104,32 @@ CURVES = {
             {1: 1, 2: 1.45, 4: 1.9, 65: 14.1},
         ),
         Curve(
+            "cpu-avx2",
+            "a 2-core AMD EPYC with AVX2 only (edgespec costs measure, Q4_K_M pair): steeper "
+            "still, 16 tokens verified for 9.9x one",
+            0.0631,
+            {
+                1: 1,
+                2: 1.7,
+                3: 2.49,
+                4: 2.76,
+                5: 3.43,
+                6: 4.08,
+                7: 5.02,
+                8: 7.31,
+                9: 8.01,
+                12: 8.24,
+                16: 9.89,
+                17: 10.72,
+                24: 12.74,
+                32: 15.93,
+                48: 21.2,
+                65: 32.4,
+            },
+            0.47,
+            {1: 1, 2: 1.54, 4: 2.32, 65: 23.9},
+        ),
+        Curve(
             "cpu-f16",
             "the same EPYC with the target re-quantized to F16 (--regime f16): a pass over "
             "5 tokens costs 2x one, a draft token 0.29x a target token",

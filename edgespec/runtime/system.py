@@ -29,6 +29,11 @@ ISA_OF_INTEREST = (
     "asimd", "asimddp", "sve", "sve2", "i8mm", "bf16",
 )  # fmt: skip
 AMX_FLAGS = frozenset({"amx_tile", "amx_int8", "amx_bf16"})
+# The flag that names each vector extension, widest first (see widest_isa).
+_WIDEST_FIRST = (
+    ("amx_tile", "AVX-512 + AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"),
+    ("sve", "SVE"), ("asimd", "NEON"),
+)  # fmt: skip
 _BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*([0-9.]+)\s*MiB")
 
 
@@ -77,11 +82,7 @@ def isa_of_interest(flags: frozenset[str] | set[str]) -> list[str]:
 def widest_isa(flags: frozenset[str] | set[str]) -> str:
     """The widest vector extension in one word ("AVX-512 + AMX", "AVX2", ...): it sets the
     shape of the cost curve, and a VM's model name ("AMD EPYC") may not tell it."""
-    for flag, name in (("amx_tile", "AVX-512 + AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2"),
-                       ("avx", "AVX"), ("sve", "SVE"), ("asimd", "NEON")):  # fmt: skip
-        if flag in flags:
-            return name
-    return "scalar"
+    return next((name for flag, name in _WIDEST_FIRST if flag in flags), "scalar")
 
 
 def os_name() -> str:

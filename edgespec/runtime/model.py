@@ -307,6 +307,11 @@ class Model:
             chunk = tokens[start : start + self._batch_capacity]
             self._submit(chunk, first_output - start)
         if n_outputs == 0:
+            # Reading logits waits for the backend; nothing is read here, and a GPU backend
+            # returns while its work is still queued. That work would then be billed to the
+            # next decode: on an H200, the cost profile's single-token pass (timed after a
+            # 4-token decode with no outputs) measured 4.7 ms where a step took 1.8 ms.
+            llama_cpp.llama_synchronize(self._ctx)
             return np.empty((0, self.n_vocab), dtype=np.float32)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))

@@ -1,0 +1,26 @@
+"""Load llama.cpp's shared libraries before numpy's, in a process that will run a model.
+
+On an NVIDIA H200 machine (CUDA 13.0, driver 580, Intel Xeon with AMX, numpy 2.5.2), a
+CUDA build of llama.cpp crashed with SIGSEGV inside ``llama_model_load_from_file`` in every
+process that had imported numpy before ``llama_cpp`` (6 of 6 tries, whatever the load mode,
+OpenBLAS threads or extra buffer types), and in none that imported ``llama_cpp`` first (the
+same build, files and arguments). llama-cpp-python issue 1581 reports the same with pandas.
+A CPU build with numpy 2.5.5 loaded in either order. The cause was not found, so the entry
+points that load models (the CLI's child process, the app) call this before anything
+imports numpy; gradio, for one, does at import. This module imports nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+
+def load_llama_cpp_first() -> None:
+    """Import ``llama_cpp`` (whose first module loads libllama and its backends) unless
+    numpy is in already, when it is too late to matter. A missing or broken install is not
+    reported here: the import that needs it says so in one line."""
+    if "llama_cpp" in sys.modules or "numpy" in sys.modules:
+        return
+    with contextlib.suppress(ImportError, OSError, RuntimeError):
+        import llama_cpp  # noqa: F401  (loaded for its side effect: the libraries' order)

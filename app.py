@@ -29,9 +29,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_pair(args: argparse.Namespace) -> EdgeSpec:
     """The shared EdgeSpec; raises EdgespecError with a one-line reason."""
-    from edgespec.runtime.preload import load_llama_cpp_first
-
-    load_llama_cpp_first()  # before numpy, which edgespec.api imports (see the module)
     from edgespec.api import EdgeSpec, RuntimeOptions
     from edgespec.errors import EdgespecError
 

@@ -12,16 +12,26 @@ import pytest
 
 
 def finished_imports(args: list[str]) -> list[str]:
-    """Module names in the order their imports finished, across the supervisor and its child."""
+    """Module names in the order their imports finished (a supervised command: its child too)."""
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
-    command = [sys.executable, "-m", "edgespec", *args]
+    command = [sys.executable, *args]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [line for line in run.stderr.splitlines() if line.startswith("import time:")]
     return [line.rsplit("|", 1)[1].strip() for line in lines]
 
 
-@pytest.mark.parametrize("args", [["costs", "show"], ["generate", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-m", "edgespec", "costs", "show"],
+        ["-m", "edgespec", "generate", "--help"],
+        # the set-up's smoke check: a crash there would fail a good CUDA build
+        ["-m", "edgespec.runtime.smoke", "--help"],
+        # the Python API, imported first thing by a user's program
+        ["-c", "from edgespec import EdgeSpec"],
+    ],
+)
 def test_the_command_loads_llama_cpp_before_numpy(args):
     names = finished_imports(args)
     assert "llama_cpp.llama_cpp" in names and "numpy" in names

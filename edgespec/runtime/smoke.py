@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
+# No numpy import here: llama.cpp's libraries must be loaded before numpy's (see
+# edgespec.runtime.preload), and runtime.system below loads them first.
 from edgespec.errors import EdgespecError, run_reporting_errors
 from edgespec.runtime import system
 from edgespec.runtime.model import LoadOptions, Model
@@ -37,7 +37,7 @@ def greedy(model: Model, prompt: str, n_tokens: int) -> tuple[str, float]:
     out: list[int] = []
     started = time.perf_counter()
     for _ in range(n_tokens):
-        token = int(np.argmax(logits[-1]))
+        token = int(logits[-1].argmax())
         if model.is_eog(token):
             break
         out.append(token)

@@ -38,11 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Before the subcommands' modules, which import numpy: llama.cpp's libraries must be
-    # loaded first (see edgespec.runtime.preload). Every command imports llama_cpp anyway.
-    from edgespec.runtime.preload import load_llama_cpp_first
-
-    load_llama_cpp_first()
     parser = build_parser()
 
     def body() -> int:

@@ -6,7 +6,7 @@ are proposed, verified, priced or streamed goes here."""
 
 from edgespec.runtime.preload import load_llama_cpp_first
 
-# Every front end (the Python API, the app, the server, the benchmark) comes through here
+# Every front end (the CLI, the Python API, the app, the server, the benchmark) comes through here
 # before any module below imports numpy: llama.cpp's libraries go first (see
 # edgespec.runtime.preload).
 load_llama_cpp_first()

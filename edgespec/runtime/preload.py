@@ -6,9 +6,9 @@ process that had imported numpy before ``llama_cpp`` (6 of 6 tries, whatever the
 OpenBLAS threads or extra buffer types), and in none that imported ``llama_cpp`` first (the
 same build, files and arguments). llama-cpp-python issue 1581 reports the same with pandas.
 A CPU build with numpy 2.5.5 loaded in either order. The cause was not found, so this runs
-before anything of ours imports numpy: in the CLI before it builds its parser, and in
-``edgespec.decoding``'s package init, through which the Python API, the app, the server and
-the benchmark all come (the set-up's smoke check imports no numpy before llama.cpp). A
+before anything of ours imports numpy: in ``edgespec.decoding``'s package init, the first
+of our modules to import numpy, through which the CLI, the Python API, the app, the server
+and the benchmark all come (the set-up's smoke check imports no numpy before llama.cpp). A
 program that imports numpy, pandas or gradio before edgespec is on its own: import
 edgespec (or ``llama_cpp``) first. This module imports nothing else.
 """

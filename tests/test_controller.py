@@ -34,7 +34,7 @@ from edgespec.decoding.costs import (
     profile_path_for,
 )
 from edgespec.decoding.drafters import Draft, NgramDrafter
-from edgespec.decoding.policy import StepOutcome, StepView
+from edgespec.decoding.policy import UNIT_END, StepOutcome, StepView
 from edgespec.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams()
@@ -815,9 +815,11 @@ def test_drafts_stop_at_a_source_boundary_where_answers_keep_leaving_it():
         ngram = policy.stats.lookup["ngram"]  # this answer's evidence so far
         ngram.hits[:] = ngram.seen[:] = 50.0
         ngram.cross_hits, ngram.cross_seen = crossing_hits, 10.0
-        view = StepView(
-            context, 16, GREEDY, {"ngram": NgramDrafter()}, 256, lambda t: t == 0, lambda t: False
-        )
+
+        def boundaries(tokens: list[int]) -> list[int]:
+            return [UNIT_END if t == 0 else 0 for t in tokens]
+
+        view = StepView(context, 16, GREEDY, {"ngram": NgramDrafter()}, 256, boundaries)
         return policy.plan(view).gamma
 
     assert drafted(0.0) <= 5  # up to the sentence end, not past it

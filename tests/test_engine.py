@@ -11,6 +11,7 @@ from conftest import fresh
 from edgespec.api import EdgeSpec, settings_from
 from edgespec.bench.prompts import PROMPTS as PROMPTS_BY_CATEGORY
 from edgespec.decoding.events import BONUS, DRAFT, TARGET, Done, Step, Token
+from edgespec.decoding.policy import LINE_BREAK, UNIT_END
 
 # Measured bound of llama.cpp's batch-size-dependent rounding (tests/test_runtime.py): a
 # speculative run may only part from target-only decoding where the target's two best
@@ -161,6 +162,17 @@ def test_drafts_end_where_the_answer_ends(pair):
     assert isinstance(done, Done) and done.stop_reason == "eos"
     drafts_shown = sum(isinstance(e, Token) and e.source == DRAFT for e in events)
     assert done.stats.accepted <= drafts_shown + 1  # + the accepted end-of-answer token itself
+
+
+def test_tokens_are_told_apart_by_where_a_copy_tends_to_stop(pair):
+    """What the controller is told of each proposed token: inside a sentence, at its end,
+    or at a line break (where answers that rewrap a source leave it)."""
+    target = pair.target
+    words = target.tokenize(" river bank", add_special=False)
+    (stop,) = target.tokenize(".", add_special=False)
+    (newline,) = target.tokenize("\n", add_special=False)
+    tokens = [*words, stop, newline, stop, words[0]]
+    assert pair.engine._boundaries(tokens) == [0] * len(words) + [UNIT_END, LINE_BREAK, UNIT_END, 0]
 
 
 SAMPLING = {"temperature": 0.8, "top_p": 0.95, "top_k": 50}

@@ -53,7 +53,7 @@ import numpy as np
 
 from edgespec.decoding.costs import CostModel, load_or_measure
 from edgespec.decoding.drafters import LookupDrafter, ModelDrafter
-from edgespec.decoding.policy import Plan, StepOutcome, StepView
+from edgespec.decoding.policy import LINE_BREAK, Plan, StepOutcome, StepView
 from edgespec.errors import EdgespecError
 from edgespec.runtime.model import Model
 
@@ -74,6 +74,14 @@ _BUCKETS = 10
 # 41+): a copy's chance to go on changes fast over its first tokens and slowly after, and
 # a wide bucket gathers evidence in a few steps where one per length would stay empty.
 _LENGTH_EDGES = np.array([1, 2, 3, 4, 6, 9, 13, 19, 27, 41, 61, 91])
+# The bucket of every effective length up to the last edge (a longer one is in the last
+# bucket), and of each token of a proposal by its match length (row) and index (column):
+# looked up at every step for every judged and proposed token, where a search would cost more.
+_LONGEST_EDGE = int(_LENGTH_EDGES[-1])
+_BUCKET_OF = (np.searchsorted(_LENGTH_EDGES, np.arange(_LONGEST_EDGE + 1).clip(1), side="right") - 1).tolist()
+_BUCKETS_FROM = np.array(_BUCKET_OF)[
+    np.minimum(np.add.outer(np.arange(_LONGEST_EDGE + 1), np.arange(_LONGEST_EDGE + 1)), _LONGEST_EDGE)
+]
 _LOOKUP_PRIOR = 0.3  # acceptance of a one-token match before any evidence
 # Evidence is kept apart for a proposal alone and one whose first token another lookup
 # also proposes (more levels, or agreeing on more tokens, split the evidence for no gain).
@@ -168,12 +176,9 @@ class LookupStats:
         self.seen = np.zeros((_AGREEMENT_LEVELS, len(_LENGTH_EDGES)))
         self.cross_hits = 0.0
         self.cross_seen = 0.0
-        self._estimates: np.ndarray | None = None
+        # per agreement level, rebuilt after that level's evidence changed
+        self._estimates: list[np.ndarray | None] = [None] * _AGREEMENT_LEVELS
         self._cross: float | None = None
-
-    @staticmethod
-    def bucket(effective_len: int | np.ndarray) -> int | np.ndarray:
-        return np.searchsorted(_LENGTH_EDGES, np.maximum(effective_len, 1), side="right") - 1
 
     def observe(self, effective_len: int, hit: bool, *, crossing: bool = False, agreement: int = 0) -> None:
         if crossing:
@@ -181,10 +186,10 @@ class LookupStats:
             self.cross_seen = _CROSS_DECAY * self.cross_seen + 1
             self._cross = None
             return
-        b = self.bucket(effective_len)
+        b = _BUCKET_OF[min(effective_len, _LONGEST_EDGE)]
         self.hits[agreement, b] = _DECAY * self.hits[agreement, b] + hit
         self.seen[agreement, b] = _DECAY * self.seen[agreement, b] + 1
-        self._estimates = None
+        self._estimates[agreement] = None
 
     def soften(self, keep: float) -> None:
         """Keep only a share of the evidence (see AcceptanceStats.soften)."""
@@ -192,7 +197,8 @@ class LookupStats:
         self.seen *= keep
         self.cross_hits *= keep
         self.cross_seen *= keep
-        self._estimates = self._cross = None
+        self._estimates = [None] * _AGREEMENT_LEVELS
+        self._cross = None
 
     def crossing(self) -> float:
         """Chance that a copy goes on past a boundary of its source. A plain posterior mean,
@@ -202,30 +208,32 @@ class LookupStats:
             self._cross = posterior_mean(self.cross_hits, self.cross_seen, _CROSS_PRIOR, _CROSS_PSEUDO)
         return self._cross
 
-    def estimates(self) -> np.ndarray:
-        """Acceptance by length bucket. Each bucket's evidence is smoothed toward the
-        estimate for the bucket below (a pseudo-observation), so a bucket with no evidence
-        of its own behaves like the longest one that has some: a copy that holds is trusted
-        to go on, until the lengths where copies end have been seen."""
-        if self._estimates is None:
-            # Rebuilt at every step (every step brings evidence), 24 scalars: plain floats,
-            # as numpy calls on arrays of two would cost several times more.
-            estimates = []
-            for hits, seen in zip(self.hits.tolist(), self.seen.tolist(), strict=True):
-                prior, row = _LOOKUP_PRIOR, []
-                for h, n in zip(hits, seen, strict=True):
-                    prior = posterior_mean(h, n, prior, _PSEUDO)
-                    # Price with a lower confidence bound: where evidence is thin (lengths no
-                    # copy has reached yet) a bet on a long draft must not rest on a guess.
-                    row.append(max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / (n + _PSEUDO))))
-                estimates.append(row)
-            self._estimates = np.array(estimates)
-        return self._estimates
+    def estimates(self, agreement: int = 0) -> np.ndarray:
+        """Acceptance by length bucket, for proposals at this agreement level. Each
+        bucket's evidence is smoothed toward the estimate for the bucket below (a
+        pseudo-observation), so a bucket with no evidence of its own behaves like the
+        longest one that has some: a copy that holds is trusted to go on, until the lengths
+        where copies end have been seen."""
+        row = self._estimates[agreement]
+        if row is None:
+            # Rebuilt at most once a step (every step brings evidence), 12 scalars: plain
+            # floats, as numpy calls on arrays this small would cost several times more.
+            prior, values = _LOOKUP_PRIOR, []
+            for h, n in zip(self.hits[agreement].tolist(), self.seen[agreement].tolist(), strict=True):
+                prior = (h + _PSEUDO * prior) / (n + _PSEUDO)  # posterior_mean, inlined
+                # Price with a lower confidence bound: where evidence is thin (lengths no
+                # copy has reached yet) a bet on a long draft must not rest on a guess.
+                values.append(max(0.0, prior - _CAUTION * math.sqrt(prior * (1 - prior) / (n + _PSEUDO))))
+            row = self._estimates[agreement] = np.array(values)
+        return row
 
     def acceptance(
         self, match_len: int, length: int, crossings: np.ndarray | None = None, agreement: int = 0
     ) -> np.ndarray:
-        accept = self.estimates()[agreement, self.bucket(match_len + np.arange(length))]
+        buckets = _BUCKETS_FROM[min(match_len, _LONGEST_EDGE), :length]
+        if length > len(buckets):  # longer than any bucket edge: the rest is in the last
+            buckets = np.concatenate((buckets, np.full(length - len(buckets), _BUCKET_OF[-1])))
+        accept = self.estimates(agreement)[buckets]
         if crossings is not None and crossings.any():
             accept = np.where(crossings[:length], self.crossing(), accept)
         return accept
@@ -424,6 +432,7 @@ class AdaptivePolicy:
         self._answer_passes = 0
         self.realized = RealizedRates()
         self._chosen: Choice | None = None
+        self._verify_row = np.zeros(0)  # seconds to verify γ = 1, 2, … drafts, priced per step
         self._idle = 0  # plans in a row where nothing came near paying
         self._idle_until = 0  # first step planned again
         self._banned: dict[str, int] = {}  # option -> first step it may be chosen again
@@ -472,17 +481,28 @@ class AdaptivePolicy:
     def _best(
         self, drafter: str, accept: np.ndarray, fixed_cost: float, per_draft: float, calibration: float = 1.0
     ) -> Choice:
+        """The best γ for a drafter whose i-th draft is accepted with chance accept[i], at
+        ``fixed_cost`` + ``per_draft`` × (γ − 1) seconds of drafting. (Runs for every option
+        at every planned step: the verification costs come from ``_verify_row``, and the
+        arrays are the length of the proposal.)"""
         longest = len(accept) if self.fixed_gamma is None else min(self.fixed_gamma, len(accept))
         if longest < 1:
             return Choice(drafter, 0, 0.0, 1.0, 1.0)
-        gammas = np.arange(1, longest + 1) if self.fixed_gamma is None else np.array([longest])
-        # expected_tokens(accept)[gammas] - 1, without building the γ = 0 entry
-        extra = np.cumsum(np.cumprod(accept))[gammas - 1]
-        seconds = self._verify_seconds(gammas) + fixed_cost + per_draft * (gammas - 1)
+        # expected_tokens(accept)[γ] - 1, without building the γ = 0 entry
+        extra = np.cumsum(np.cumprod(accept))
+        if self.fixed_gamma is None:
+            seconds = self._verify_row[:longest]
+        else:
+            extra, seconds = extra[longest - 1 : longest], self._verify_row[longest - 1 : longest]
+        if fixed_cost:
+            seconds = seconds + fixed_cost
+        if per_draft:  # γ − 1 draft decodes after the first
+            seconds = seconds + per_draft * np.arange(longest - len(seconds), longest)
         expected = 1.0 + calibration * extra
         rates = expected / seconds
-        i = int(np.argmax(rates))
-        return Choice(drafter, int(gammas[i]), float(rates[i]), float(expected[i]), float(seconds[i]))
+        i = int(rates.argmax())
+        gamma = i + 1 if self.fixed_gamma is None else longest
+        return Choice(drafter, gamma, float(rates[i]), float(expected[i]), float(seconds[i]))
 
     def choices(self, view: StepView) -> list[Choice]:
         """Every option for the next step, priced."""
@@ -492,6 +512,7 @@ class AdaptivePolicy:
         cap = min(budget, self.gamma_cap or budget)
         if cap <= 0:
             return options
+        self._verify_row = self._verify_seconds(np.arange(1, cap + 1))  # γ = 1..cap
         proposals = {}
         for name in LOOKUP_DRAFTERS:
             if name in self.allowed:
@@ -535,20 +556,16 @@ class AdaptivePolicy:
     @staticmethod
     def _crossings(view: StepView, proposal: list[int]) -> np.ndarray | None:
         """Which proposed tokens sit at a boundary of the source: a token that breaks the
-        line, or the first one after a sentence or line end."""
-        ends = view.ends_unit
-        if ends is None:
+        line, or the first one after a sentence or line end. A token that ends a sentence
+        with its punctuation alone ("." in "80 percent.") is copied as readily as any
+        other; one that carries a line break is not."""
+        if view.boundaries is None:
             return None
-        flags = [ends(t) for t in proposal]
-        ending = np.array(flags, dtype=bool)
-        after = np.empty_like(ending)
-        after[0] = bool(view.context) and ends(view.context[-1])
-        after[1:] = ending[:-1]
-        # A token that ends a sentence with its punctuation alone ("." in "80 percent.")
-        # is copied as readily as any other; one that carries a line break is not. (Only
-        # tokens that end a unit can break a line: ask about those alone, it runs per step.)
-        breaking = [flag and view.breaks_line(t) for flag, t in zip(flags, proposal, strict=True)]
-        return after | np.array(breaking, dtype=bool)
+        if view.context:
+            kinds = np.array(view.boundaries([view.context[-1], *proposal]))
+        else:
+            kinds = np.array([0, *view.boundaries(proposal)])
+        return (kinds[:-1] != 0) | (kinds[1:] == LINE_BREAK)
 
     def plan(self, view: StepView) -> Plan:
         self._steps += 1
@@ -648,9 +665,16 @@ class AdaptivePolicy:
         best_case = _OPTIMISTIC
         if self._draft_synced and self.stats.model_steps >= _EARLY_TRIALS:
             best_case = min(_OPTIMISTIC, self.stats.model_upper(_TRIAL_DOUBT))
-        step_s = float(self._verify_seconds(np.array([gamma]))[0]) + self._catch_up_s - self._switch_s
+        table = self.costs.target.table()
+        verify_s = float(table[min(gamma + 1, len(table) - 1)]) + self.costs.overhead
+        step_s = verify_s + self._catch_up_s - self._switch_s
         step_s += self.costs.draft.estimate(1) * (gamma - 1)
-        return float(expected_tokens(np.full(gamma, best_case))[-1]) / max(step_s, 1e-9)
+        # expected_tokens(np.full(gamma, best_case))[-1], in scalars: this runs at every plan
+        expected, p = 0.0, 1.0
+        for _ in range(gamma):
+            p *= best_case
+            expected += p
+        return (1.0 + expected) / max(step_s, 1e-9)
 
     def banned(self, option: str) -> bool:
         until = self._banned.get(option)

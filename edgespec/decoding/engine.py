@@ -28,7 +28,7 @@ from edgespec.decoding.drafters import (
     ReflowDrafter,
 )
 from edgespec.decoding.events import BONUS, DRAFT, TARGET, Done, Event, Stats, Step, Token
-from edgespec.decoding.policy import FixedPolicy, Plan, Policy, StepOutcome, StepView
+from edgespec.decoding.policy import LINE_BREAK, UNIT_END, FixedPolicy, Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.sampling import SamplingParams, probabilities, sample
 from edgespec.decoding.textstream import TextStream
 from edgespec.errors import EdgespecError
@@ -99,19 +99,26 @@ class Engine:
         for drafter in self.drafters.values():
             drafter.clock = clock
         self.cancel = threading.Event()
-        self._unit_ends: dict[int, bool] = {}
+        self._boundary_of: dict[int, int] = {}
 
-    def _ends_unit(self, token: int) -> bool:
-        """Does ``token`` end a sentence or a line? (Cached: asked for every proposed token.)"""
-        known = self._unit_ends.get(token)
-        if known is None:
-            text = self.target.piece(token)
-            known = b"\n" in text or text.rstrip(b" ").endswith((b".", b"!", b"?", b":", b";"))
-            self._unit_ends[token] = known
-        return known
-
-    def _breaks_line(self, token: int) -> bool:
-        return self._ends_unit(token) and b"\n" in self.target.piece(token)
+    def _boundaries(self, tokens: list[int]) -> list[int]:
+        """For each token: does it end a sentence or a line, and does it break the line?
+        (Cached: asked at every step for every proposed token, so a known token costs a
+        dictionary lookup.)"""
+        known = self._boundary_of
+        kinds = list(map(known.get, tokens))
+        if None in kinds:
+            for i, token in enumerate(tokens):
+                if kinds[i] is None:
+                    text = self.target.piece(token)
+                    if b"\n" in text:
+                        kinds[i] = LINE_BREAK
+                    elif text.rstrip(b" ").endswith((b".", b"!", b"?", b":", b";")):
+                        kinds[i] = UNIT_END
+                    else:
+                        kinds[i] = 0
+                    known[token] = kinds[i]
+        return kinds  # type: ignore[return-value]  # (no None is left)
 
     @property
     def max_gamma(self) -> int:
@@ -181,8 +188,7 @@ class Engine:
                 params,
                 self.drafters,
                 remaining,
-                self._ends_unit,
-                self._breaks_line,
+                self._boundaries,
             )
             plan = policy.plan(view)
             try:

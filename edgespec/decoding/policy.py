@@ -18,6 +18,7 @@ from edgespec.decoding.drafters import Draft, Drafter
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError
 
+UNIT_END, LINE_BREAK = 1, 2  # what StepView.boundaries says of a token (0: neither)
 FIXED_DRAFTERS = ("model", "ngram", "reflow", "copy", "none")
 DRAFTER_CHOICES = (*FIXED_DRAFTERS, "auto")
 
@@ -40,9 +41,9 @@ class StepView:
     params: SamplingParams
     drafters: Mapping[str, Drafter]  # the drafters loaded, by name
     remaining: int = 0  # answer tokens still allowed (max tokens less those generated)
-    # Does this token end a sentence or a line? Where a copy tends to stop (or not).
-    ends_unit: Callable[[int], bool] | None = None
-    breaks_line: Callable[[int], bool] = lambda token: False  # does it carry a line break?
+    # Where a copy tends to stop (or not): for each token, 0 if it ends no sentence or line,
+    # 1 if it does, 2 if it also carries a line break (UNIT_END, LINE_BREAK).
+    boundaries: Callable[[list[int]], list[int]] | None = None
 
 
 @dataclass(frozen=True)

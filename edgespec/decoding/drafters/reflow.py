@@ -11,6 +11,7 @@ from edgespec.runtime.model import Model
 
 _WHITESPACE = re.compile(r"\s+")
 _BOUNDARY = "\x00"  # stands for a control token (<|im_start|> …): never copied, never crossed
+_CONTINUATION_BYTES = bytes(range(0x80, 0xC0))  # UTF-8 bytes that continue a character
 _CHARS_PER_TOKEN = 4  # rough length of a token in characters, to express a match in tokens
 
 
@@ -144,5 +145,5 @@ class _Tokenized:
             if (data[offset] & 0xC0) != 0x80:  # not inside a multi-byte character
                 index_at[start + chars] = i
             offset += len(piece)
-            chars += sum((byte & 0xC0) != 0x80 for byte in piece)  # characters that start here
+            chars += len(piece.translate(None, _CONTINUATION_BYTES))  # characters that start here
         return cls(tokens, index_at, complete)

@@ -309,7 +309,7 @@ class FrozenCurve(CostCurve):
     """A cost curve that never learns: a profile that is wrong and stays wrong, so that
     only the controller's own check of what its steps realized can save it."""
 
-    def observe(self, k: int, seconds: float) -> None:
+    def observe(self, k: int, seconds: float, *, repeated: bool = False) -> None:
         pass
 
 
@@ -674,6 +674,28 @@ def test_batches_dearer_than_the_profile_reprice_every_batch_size():
     assert curve.estimate(9) == pytest.approx(CPU_TARGET[9] / 1000, rel=0.05)
 
 
+def test_repeated_passes_cheaper_than_the_profile_do_not_make_it_stale():
+    """On a GPU a pass after another of the same size reuses llama.cpp's graph and costs
+    less than the profile, which times every size after plain steps. Runs of equal drafts
+    still teach the estimates, but only passes after another size can show that the
+    profile's shape is wrong."""
+
+    def answer(repeated: bool) -> CostCurve:
+        curve = CostCurve(17)
+        for k, ms in CPU_TARGET.items():
+            curve.set(k, ms / 1000)
+        curve.freeze_baseline()
+        for _ in range(12):
+            curve.observe(1, CPU_TARGET[1] / 1000)
+            curve.observe(5, 0.5 * CPU_TARGET[5] / 1000, repeated=repeated)
+        return curve
+
+    assert answer(repeated=False).disagrees() == [5]
+    repeated = answer(repeated=True)
+    assert repeated.disagrees() == []
+    assert repeated.estimate(5) < 0.75 * CPU_TARGET[5] / 1000  # learned all the same
+
+
 # -- the cost profile, measured on a real model -------------------------------------------
 
 
@@ -706,6 +728,31 @@ def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_meas
     before = path.read_text()
     load_or_measure(smol.target, None, 3, quiet=True, busy=quiet_machine)
     assert path.read_text() == before
+
+
+def test_each_size_is_timed_right_after_single_token_passes(smol, monkeypatch):
+    """As a step follows plain steps. On a GPU a pass after others of another shape costs
+    more (llama.cpp rebuilds its graph): timed after a 4-token pass, a single token cost
+    50 % more on an H200 than in every answer, which then marked the profile stale."""
+    calls: list[tuple[int, int] | str] = []
+    model = smol.target
+    decode, reset = model.decode, model.reset
+    monkeypatch.setattr(
+        model, "decode", lambda tokens, n=1: (calls.append((len(tokens), n)), decode(tokens, n))[1]
+    )
+    monkeypatch.setattr(model, "reset", lambda: (calls.append("reset"), reset())[1])
+    load_or_measure(model, None, 4, quiet=True, busy=quiet_machine)
+    runs, run = [], []
+    for call in [*calls, "reset"]:
+        if call == "reset":
+            if len(run) >= 2:
+                runs.append(run)
+            run = []
+        else:
+            run.append(call)
+    timed = {run[-1][0] for run in runs}
+    assert timed == {1, 2, 3, 4}  # every verification size ...
+    assert all(run[-3:-1] == [(1, 1), (1, 1)] for run in runs)  # ... right after two single tokens
 
 
 def test_the_profile_is_keyed_by_machine_build_and_exact_files(smol):

@@ -433,6 +433,7 @@ class AdaptivePolicy:
         self.realized = RealizedRates()
         self._chosen: Choice | None = None
         self._verify_row = np.zeros(0)  # seconds to verify γ = 1, 2, … drafts, priced per step
+        self._last_size = 0  # tokens of the last target pass (see CostCurve.observe)
         self._idle = 0  # plans in a row where nothing came near paying
         self._idle_until = 0  # first step planned again
         self._banned: dict[str, int] = {}  # option -> first step it may be chosen again
@@ -745,7 +746,9 @@ class AdaptivePolicy:
             self.realized.calibrate(outcome.drafter, chosen.expected - 1.0, outcome.accepted)
         self._check_realized(outcome.drafter)
         costs.observe_overhead(outcome.overhead_s)
-        costs.target.observe(outcome.gamma + 1, outcome.verify_s)
+        size = outcome.gamma + 1
+        costs.target.observe(size, outcome.verify_s, repeated=size == self._last_size)
+        self._last_size = size
         for k, seconds in outcome.draft.decodes:
             costs.draft.observe(k, seconds)
         if outcome.drafter == "model":

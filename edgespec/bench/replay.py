@@ -167,6 +167,10 @@ CURVES = {
             # drafted token), T(3) about 2.78 ms, T(5) 3.09 ms (model γ=4, every token held).
             # Longer passes: `edgespec costs measure` less the 2.9 ms its setup decode left
             # queued (the bias fixed in Model.decode); a drafted token 2.31 ms, Python included.
+            # These are passes after one of the same size: after another size a pass cost
+            # 1.2-2.8 ms more there, and the next two single tokens 1-5 ms more (README,
+            # GPUs), which this curve leaves out: its ratios flatter a controller that
+            # changes γ often.
             0.00179,
             {
                 1: 1,

@@ -123,6 +123,37 @@ def test_expected_tokens():
     np.testing.assert_allclose(expected_tokens(np.array([0.5, 0.5])), [1, 1.5, 1.75])
 
 
+H200_TARGET = {1: 1.8, 2: 5.0, 5: 4.2, 9: 5.3, 17: 5.8}  # ms, each size after single tokens
+
+
+def test_a_drafting_step_after_plain_steps_is_charged_the_return_to_plain_decoding():
+    """On a GPU the first two single-token passes after a multi-token one cost more (an
+    H200: a few ms each, where a token takes 1.8). Learned from the plain steps that follow
+    drafting, that return is charged to a step that would start drafting after plain steps
+    (not to one that goes on drafting); a CPU's noise around zero is not charged."""
+    copy = [*range(500, 540), 1, *range(500, 504)]  # a long copy under way
+
+    def learned(first_ms: float, second_ms: float) -> AdaptivePolicy:
+        policy = AdaptivePolicy(costs(H200_TARGET, draft_ms=2), ("ngram",), gamma_cap=16)
+        ngram = policy.stats.lookup["ngram"]
+        ngram.hits[:], ngram.seen[:] = 40.0, 50.0  # copies have held 80 % of the time
+        drafted = Draft(tokens=[0] * 4, confidences=[1.0] * 4)
+        for _ in range(6):
+            policy.observe(StepOutcome("ngram", 4, 4, drafted, 0.0042, 0.0, [0] * 5))
+            for ms in (first_ms, second_ms, 1.8, 1.8):
+                policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), ms / 1000, 0.0, [0]))
+        return policy
+
+    assert plan(learned(1.8, 1.8), copy).drafter == "ngram"  # no return cost: the copy pays
+    assert plan(learned(1.85, 1.9), copy).drafter == "ngram"  # noise is not charged
+    gpu = learned(4.8, 5.8)
+    assert plan(gpu, copy).drafter == "none"  # a 4-token draft does not pay for the return
+    gpu.observe(
+        StepOutcome("ngram", 4, 4, Draft(tokens=[0] * 4, confidences=[1.0] * 4), 0.0042, 0.0, [0] * 5)
+    )
+    assert plan(gpu, copy).drafter == "ngram"  # while drafting goes on, there is none to pay
+
+
 def test_expensive_drafting_means_plain_decoding():
     stats = AcceptanceStats(model=0.9)
     policy = AdaptivePolicy(costs(CPU_TARGET, draft_ms=500), ("ngram", "model"), gamma_cap=16, stats=stats)

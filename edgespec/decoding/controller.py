@@ -17,6 +17,11 @@ the highest expected tokens per second:
   prompt prefill is shared by the steps the answer has left (few, in an answer that
   copies); a catch-up after steps of other options, by the few steps a return lasts.
 
+On a GPU the first two plain steps after a drafting step cost more than plain steps
+(llama.cpp rebuilds its graph for the new size): the controller learns that excess from the
+plain steps that follow its drafting and charges it to any step that would start drafting
+after plain steps, where it is worth pricing (on a CPU it is noise around zero).
+
 With p the probability that each next draft is accepted, a step that verifies γ drafts
 yields E = 1 + p + p² + … + p^γ tokens (the accepted prefix plus the target's token).
 
@@ -134,6 +139,13 @@ _MAX_IDLE = 8  # most steps skipped in a row: a copy that starts is seen within 
 _WAKING_RUN = 2  # tokens in a row a proposal looked at must get right to end the skipping
 _TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
 _TRIAL_GAMMA = 4  # tokens a trial of the draft model drafts
+# On a GPU the first two single-token passes after a multi-token one cost more (llama.cpp
+# rebuilds its graph, CUDA captures it again: 1.0-4.3 ms more each on an H200, where a token
+# takes 1.8 ms). A step that starts drafting after plain steps is charged that return, as
+# learned from the plain steps that followed earlier drafting, where it is worth pricing:
+# above this share of a single-token pass (on a CPU it is noise around zero).
+_RETURN_SIGNIFICANT = 0.1
+_RETURN_EMA = 0.3
 LOOKUP_DRAFTERS = ("ngram", "reflow", "copy")  # draftless: proposals copied out of the context
 AUTO_DRAFTERS = (*LOOKUP_DRAFTERS, "model")  # what auto chooses among
 
@@ -434,6 +446,10 @@ class AdaptivePolicy:
         self._chosen: Choice | None = None
         self._verify_row = np.zeros(0)  # seconds to verify γ = 1, 2, … drafts, priced per step
         self._last_size = 0  # tokens of the last target pass (see CostCurve.observe)
+        self._plain_since_draft = 2  # plain steps since the last drafting step, up to 2
+        # What the first and the second plain step after drafting cost beyond a plain
+        # step: carried between answers (a property of the machine, not of the text).
+        self._return_excess = costs.return_excess
         self._idle = 0  # plans in a row where nothing came near paying
         self._idle_until = 0  # first step planned again
         self._banned: dict[str, int] = {}  # option -> first step it may be chosen again
@@ -514,6 +530,7 @@ class AdaptivePolicy:
         if cap <= 0:
             return options
         self._verify_row = self._verify_seconds(np.arange(1, cap + 1))  # γ = 1..cap
+        return_s = self._return_cost()
         proposals = {}
         for name in LOOKUP_DRAFTERS:
             if name in self.allowed:
@@ -529,7 +546,7 @@ class AdaptivePolicy:
             crossings = self._crossings(view, proposal)
             self._open.append(_OpenProposal(name, n, proposal, crossings, agreement))
             accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings, agreement)
-            options.append(self._best(name, accept, 0.0, 0.0, self.realized.calibration(name)))
+            options.append(self._best(name, accept, return_s, 0.0, self.realized.calibration(name)))
         if "model" in self.allowed:
             drafter: ModelDrafter = view.drafters["model"]
             catch_up = drafter.catch_up_cost_tokens(context)
@@ -547,8 +564,17 @@ class AdaptivePolicy:
                 steps_left = max(view.remaining / max(self._answer_pace(), _MODEL_PACE), 1.0)
                 horizon = min(steps_left, _RETURN_STEPS) if self._draft_synced else steps_left
                 first = per_draft + self._switch_s / horizon
-            options.append(self._best("model", np.full(cap, self.stats.model), first, per_draft))
+            options.append(self._best("model", np.full(cap, self.stats.model), first + return_s, per_draft))
         return options
+
+    def _return_cost(self) -> float:
+        """Seconds a drafting step that follows plain steps will cost the plain steps after
+        it (where that is worth pricing: _RETURN_SIGNIFICANT); nothing while a drafting
+        run goes on."""
+        if self._plain_since_draft == 0:
+            return 0.0
+        excess = sum(self._return_excess)
+        return excess if excess > _RETURN_SIGNIFICANT * self.costs.target.estimate(1) else 0.0
 
     def _answer_pace(self) -> float:
         """Tokens per target pass this answer has made so far (1 before any step)."""
@@ -747,7 +773,15 @@ class AdaptivePolicy:
         self._check_realized(outcome.drafter)
         costs.observe_overhead(outcome.overhead_s)
         size = outcome.gamma + 1
+        if size == 1 and self._plain_since_draft < 2:
+            # A return to plain decoding: what it costs beyond a plain step. (It also moves
+            # the plain step's own price, as any single-token pass does: kept out of it, the
+            # replay of the dev half on the h200-history curve did no better, 1.32 to 1.33.)
+            i = self._plain_since_draft
+            excess = max(outcome.verify_s - costs.target.estimate(1), 0.0)
+            self._return_excess[i] = (1 - _RETURN_EMA) * self._return_excess[i] + _RETURN_EMA * excess
         costs.target.observe(size, outcome.verify_s, repeated=size == self._last_size)
+        self._plain_since_draft = 0 if size > 1 else min(self._plain_since_draft + 1, 2)
         self._last_size = size
         for k, seconds in outcome.draft.decodes:
             costs.draft.observe(k, seconds)

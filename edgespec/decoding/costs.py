@@ -217,6 +217,10 @@ class CostModel:
     measured_at: float = field(default_factory=time.time)
     provisional: bool = False  # measured on a busy machine: re-measured at the next load
     facts: dict[str, str] = field(default_factory=dict)  # what the profile is keyed by
+    # Learned while generating, not measured with the profile: what the first and the second
+    # single-token pass after a multi-token one cost beyond a single-token pass (the
+    # controller's; kept here so that it carries from one answer to the next)
+    return_excess: list[float] = field(default_factory=lambda: [0.0, 0.0])
 
     @classmethod
     def empty(cls, k_max: int) -> CostModel:

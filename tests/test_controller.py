@@ -802,6 +802,12 @@ def llama_cpp_version() -> str:
     return llama_cpp.__version__
 
 
+def test_a_gpu_profile_is_plausible_and_a_falling_one_is_not():
+    """Costs measured on an H200 (ms): after single tokens, 2 tokens cost 2.75 single ones."""
+    assert implausible({1: 1.81, 2: 4.98, 3: 5.0, 5: 4.22, 9: 5.33, 17: 5.85}) is None
+    assert implausible({1: 57.0, 2: 100.0, 3: 131.0, 4: 30.0}) == "4 tokens priced at 0.23× of 3 tokens"
+
+
 @pytest.mark.parametrize(
     "damage",
     ["corrupt", "implausible", "stale", "older version"],

@@ -103,7 +103,7 @@ def _status(path) -> str:
     stamp = datetime.datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M")
     flags = [f"measured {stamp}"]
     if data.get("provisional"):
-        flags.append("provisional (the machine was busy)")
+        flags.append("provisional (measured while the machine was busy, or disturbed twice)")
     if data.get("stale"):
         flags.append("stale (costs seen since disagree; re-measured at next use)")
     target = data.get("target") or {}

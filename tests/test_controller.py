@@ -133,19 +133,21 @@ def test_a_drafting_step_after_plain_steps_is_charged_the_return_to_plain_decodi
     (not to one that goes on drafting); a CPU's noise around zero is not charged."""
     copy = [*range(500, 540), 1, *range(500, 504)]  # a long copy under way
 
-    def learned(first_ms: float, second_ms: float) -> AdaptivePolicy:
+    def learned(first_ms: float, second_ms: float, swing_ms: float = 0.0) -> AdaptivePolicy:
         policy = AdaptivePolicy(costs(H200_TARGET, draft_ms=2), ("ngram",), gamma_cap=16)
         ngram = policy.stats.lookup["ngram"]
         ngram.hits[:], ngram.seen[:] = 40.0, 50.0  # copies have held 80 % of the time
         drafted = Draft(tokens=[0] * 4, confidences=[1.0] * 4)
-        for _ in range(6):
+        for cycle in range(6):
             policy.observe(StepOutcome("ngram", 4, 4, drafted, 0.0042, 0.0, [0] * 5))
-            for ms in (first_ms, second_ms, 1.8, 1.8):
+            swing = swing_ms if cycle % 2 else -swing_ms  # a slow return, then a fast one
+            for ms in (first_ms + swing, second_ms + swing, 1.8, 1.8):
                 policy.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), ms / 1000, 0.0, [0]))
         return policy
 
     assert plan(learned(1.8, 1.8), copy).drafter == "ngram"  # no return cost: the copy pays
-    assert plan(learned(1.85, 1.9), copy).drafter == "ngram"  # noise is not charged
+    assert plan(learned(1.85, 1.9), copy).drafter == "ngram"  # noise is not charged ...
+    assert plan(learned(1.8, 1.8, swing_ms=1.0), copy).drafter == "ngram"  # ... nor added up
     gpu = learned(4.8, 5.8)
     assert plan(gpu, copy).drafter == "none"  # a 4-token draft does not pay for the return
     gpu.observe(

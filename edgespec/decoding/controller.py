@@ -140,7 +140,7 @@ _WAKING_RUN = 2  # tokens in a row a proposal looked at must get right to end th
 _TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
 _TRIAL_GAMMA = 4  # tokens a trial of the draft model drafts
 # On a GPU the first two single-token passes after a multi-token one cost more (llama.cpp
-# rebuilds its graph, CUDA captures it again: 1.0-4.3 ms more each on an H200, where a token
+# rebuilds its graph, CUDA captures it again: 1-5 ms more each on an H200, where a token
 # takes 1.8 ms). A step that starts drafting after plain steps is charged that return, as
 # learned from the plain steps that followed earlier drafting, where it is worth pricing:
 # above this share of a single-token pass (on a CPU it is noise around zero).
@@ -777,8 +777,10 @@ class AdaptivePolicy:
             # A return to plain decoding: what it costs beyond a plain step. (It also moves
             # the plain step's own price, as any single-token pass does: kept out of it, the
             # replay of the dev half on the h200-history curve did no better, 1.32 to 1.33.)
+            # (Signed: on a CPU, a slow step and a fast one cancel, where clipping at zero
+            # would add their noise up into a price.)
             i = self._plain_since_draft
-            excess = max(outcome.verify_s - costs.target.estimate(1), 0.0)
+            excess = outcome.verify_s - costs.target.estimate(1)
             self._return_excess[i] = (1 - _RETURN_EMA) * self._return_excess[i] + _RETURN_EMA * excess
         costs.target.observe(size, outcome.verify_s, repeated=size == self._last_size)
         self._plain_since_draft = 0 if size > 1 else min(self._plain_since_draft + 1, 2)

@@ -30,7 +30,7 @@ import math
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -98,22 +98,41 @@ def _interpolate(points: dict[int, float], k: int) -> float:
     return values[-1] + slope * (k - ks[-1])
 
 
-# The H200's target passes, by size, × its single-token pass (see the h200 curve)
-_H200_TARGET = {
-    1: 1,
-    2: 1.24,
-    3: 1.56,
-    4: 1.62,
-    5: 1.74,
-    8: 1.74,
-    9: 2.35,
-    16: 2.4,
-    17: 2.57,
-    24: 2.63,
-    32: 2.96,
-    48: 3.41,
-    65: 4.25,
-}
+_H200 = Curve(
+    "h200",
+    "an NVIDIA H200, both models offloaded (CUDA build, sm_90), as measured through this "
+    "runtime with the pair's shapes: every pass is host-bound at about 1.8 ms, 5 tokens "
+    "verified for 1.74x one, and a draft token costs more than a target token",
+    # Measured 2026-11-25 with the shipped pair's GGUF headers over all-zero weights
+    # (the 1.1 GB target cannot be carried to that machine; no kernel reads values).
+    # In steady decoding: T(1) 1.79 ms (plain), T(2) 2.21 ms (lookup steps of one
+    # drafted token), T(3) about 2.78 ms, T(5) 3.09 ms (model γ=4, every token held).
+    # Longer passes: `edgespec costs measure` less the 2.9 ms its setup decode left
+    # queued (the bias fixed in Model.decode); a drafted token 2.31 ms, Python included.
+    # These are passes after one of the same size: after another size a pass cost
+    # 1.2-2.8 ms more there, and the next two single tokens 1-5 ms more (README,
+    # GPUs), which this curve leaves out: its ratios flatter a controller that
+    # changes γ often.
+    0.00179,
+    {
+        1: 1,
+        2: 1.24,
+        3: 1.56,
+        4: 1.62,
+        5: 1.74,
+        8: 1.74,
+        9: 2.35,
+        16: 2.4,
+        17: 2.57,
+        24: 2.63,
+        32: 2.96,
+        48: 3.41,
+        65: 4.25,
+    },
+    1.29,
+    {1: 1, 2: 1.24, 4: 1.62, 65: 4.25},
+)
+
 
 CURVES = {
     curve.name: curve
@@ -192,29 +211,11 @@ CURVES = {
             0.35,
             {1: 1, 2: 1.02, 5: 1.05, 17: 1.2, 65: 2.2},
         ),
-        Curve(
-            "h200",
-            "an NVIDIA H200, both models offloaded (CUDA build, sm_90), as measured through this "
-            "runtime with the pair's shapes: every pass is host-bound at about 1.8 ms, 5 tokens "
-            "verified for 1.74x one, and a draft token costs more than a target token",
-            # Measured 2026-11-25 with the shipped pair's GGUF headers over all-zero weights
-            # (the 1.1 GB target cannot be carried to that machine; no kernel reads values).
-            # In steady decoding: T(1) 1.79 ms (plain), T(2) 2.21 ms (lookup steps of one
-            # drafted token), T(3) about 2.78 ms, T(5) 3.09 ms (model γ=4, every token held).
-            # Longer passes: `edgespec costs measure` less the 2.9 ms its setup decode left
-            # queued (the bias fixed in Model.decode); a drafted token 2.31 ms, Python included.
-            # These are passes after one of the same size: after another size a pass cost
-            # 1.2-2.8 ms more there, and the next two single tokens 1-5 ms more (README,
-            # GPUs), which this curve leaves out: its ratios flatter a controller that
-            # changes γ often.
-            0.00179,
-            _H200_TARGET,
-            1.29,
-            {1: 1, 2: 1.24, 4: 1.62, 65: 4.25},
-        ),
-        Curve(
-            "h200-history",
-            "the h200 curve, with what a pass cost there beyond its size after passes of "
+        _H200,
+        replace(
+            _H200,
+            name="h200-history",
+            about="the h200 curve, with what a pass cost there beyond its size after passes of "
             "another size: a multi-token pass 1.2-2.8 ms more, the next two single tokens "
             "1.0 and 1.7 ms more",
             # Measured 2026-11-26, same machine and pair (README, GPUs; .gpu/shape.py and
@@ -225,10 +226,6 @@ CURVES = {
             # pass: medians of 6, 2.8 and 3.5 ms against 1.8 (another run gave 3.4 and
             # 6.1, after passes of 2-65 tokens: the smaller figures are used). The draft
             # keeps the h200 curve's price, measured as its steps pay it.
-            0.00179,
-            _H200_TARGET,
-            1.29,
-            {1: 1, 2: 1.24, 4: 1.62, 65: 4.25},
             reshape={2: 1.59, 3: 1.46, 5: 0.71, 9: 0.69, 17: 0.72, 33: 0.77, 65: 0.70},
             back_to_one=(0.56, 0.95),
         ),

@@ -138,6 +138,17 @@ _IDLE_RATIO = 0.85
 _MAX_IDLE = 8  # most steps skipped in a row: a copy that starts is seen within this many
 _WAKING_RUN = 2  # tokens in a row a proposal looked at must get right to end the skipping
 _TRIAL_ODDS = 2.0  # a trial of the draft model must promise this multiple of its switch cost
+# A draft may be longer than one token only by what the answer can afford to lose if its
+# first token fails: what drafting has saved in this answer so far, plus this share of the
+# answer's plain decoding time (counted over at least _RISK_TOKENS tokens: the promise is
+# 0.97x plain decoding on every answer of 64 tokens or more). On a steep CPU a failed
+# 16-token draft costs ten plain steps, a tenth of a short answer, however good its odds
+# looked (replayed, such bets made 3 of 22 dev answers on the AVX-512 EPYC's curve 5-9 %
+# slower than plain decoding); on a GPU a 64-token draft risks a step or two, and the
+# bound never binds. What drafting at all costs (a catch-up, a return to plain steps) is
+# priced with the rest, not bounded here.
+_RISK_SHARE = 0.03
+_RISK_TOKENS = 64
 _TRIAL_GAMMA = 4  # tokens a trial of the draft model drafts
 # On a GPU the first two single-token passes after a multi-token one cost more (llama.cpp
 # rebuilds its graph, CUDA captures it again: 1-5 ms more each on an H200, where a token
@@ -440,6 +451,8 @@ class AdaptivePolicy:
         self._explore_every = _EXPLORE_EVERY
         self._first_draft_s = 0.0
         self._draft_synced = False  # the draft model has drafted in this answer (read its prompt)
+        self._saved_s = 0.0  # what drafting saved in this answer over plain steps (negative: lost)
+        self._risk_budget = 0.0  # the most a longer draft may add to a step that fails at once
         self._answer_tokens = 0  # tokens and target passes of this answer so far
         self._answer_passes = 0
         self.realized = RealizedRates()
@@ -503,10 +516,18 @@ class AdaptivePolicy:
         at every planned step: the verification costs come from ``_verify_row``, and the
         arrays are the length of the proposal.)"""
         longest = len(accept) if self.fixed_gamma is None else min(self.fixed_gamma, len(accept))
+        if self.fixed_gamma is None:
+            # Only γ whose worst case the answer can afford (_RISK_SHARE).
+            worst = self._verify_row[:longest] - self._verify_row[0]
+            if per_draft:
+                worst = worst + per_draft * np.arange(longest)
+            too_dear = worst > max(self._risk_budget, 0.0)
+            if too_dear.any():
+                longest = int(too_dear.argmax())
         if longest < 1:
             return Choice(drafter, 0, 0.0, 1.0, 1.0)
         # expected_tokens(accept)[γ] - 1, without building the γ = 0 entry
-        extra = np.cumsum(np.cumprod(accept))
+        extra = np.cumsum(np.cumprod(accept[:longest]))
         if self.fixed_gamma is None:
             seconds = self._verify_row[:longest]
         else:
@@ -526,6 +547,7 @@ class AdaptivePolicy:
         context, budget = view.context, view.budget
         plain = self.costs.target.estimate(1) + self.costs.overhead
         options = [Choice("none", 0, 1.0 / plain, 1.0, plain)]
+        self._risk_budget = self._saved_s + _RISK_SHARE * plain * max(self._answer_tokens, _RISK_TOKENS)
         cap = min(budget, self.gamma_cap or budget)
         if cap <= 0:
             return options
@@ -767,6 +789,8 @@ class AdaptivePolicy:
             self.realized.observe(outcome.drafter, tokens, step_s, outcome.gamma, outcome.accepted)
         self._answer_tokens += outcome.accepted + 1
         self._answer_passes += 1
+        if outcome.gamma:
+            self._saved_s += (outcome.accepted + 1) * (costs.target.estimate(1) + costs.overhead) - step_s
         chosen = self._chosen
         if chosen is not None and chosen.drafter == outcome.drafter and outcome.drafter in LOOKUP_DRAFTERS:
             self.realized.calibrate(outcome.drafter, chosen.expected - 1.0, outcome.accepted)
@@ -781,6 +805,7 @@ class AdaptivePolicy:
             # would add their noise up into a price.)
             i = self._plain_since_draft
             excess = outcome.verify_s - costs.target.estimate(1)
+            self._saved_s -= excess  # (what the drafting before it cost these steps)
             self._return_excess[i] = (1 - _RETURN_EMA) * self._return_excess[i] + _RETURN_EMA * excess
         costs.target.observe(size, outcome.verify_s, repeated=size == self._last_size)
         self._plain_since_draft = 0 if size > 1 else min(self._plain_since_draft + 1, 2)

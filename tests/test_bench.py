@@ -19,7 +19,7 @@ from edgespec.bench.corpus import CATEGORIES, CORPUS, EDIT_KINDS, select
 from edgespec.bench.prompts import PROMPTS, REPRESENTATIVE
 from edgespec.bench.regimes import pair_for
 from edgespec.bench.runner import ALL_CONFIGS, BASELINE, Report, Run, geomean, run_benchmark, with_baselines
-from edgespec.cli.bench import bars
+from edgespec.cli.bench import bars, noise_line
 from edgespec.cli.generate import summary_line
 from edgespec.decoding.events import Done, Stats
 from edgespec.errors import EdgespecError
@@ -165,6 +165,24 @@ def test_bars_name_the_slow_prompt_and_the_category():
     assert best_fixed == [
         (False, "open chat: auto ×0.87 within 10 % of the best fixed configuration (target only ×1.00)")
     ]
+
+
+def test_answers_without_a_drafting_step_measure_the_run_s_noise():
+    """Where auto decoded plainly it did target-only's work: such a prompt below the bar is
+    said to be the run's noise, and their spread is printed; a prompt that drafted is not."""
+    report = synthetic_report()
+    assert noise_line(report) == ""  # every auto run drafted
+    for run in report.runs:
+        if run.prompt == "b" and run.config == "auto":
+            run.steps = {"none": run.tokens - 1}
+    assert report.undrafted_ratios(ALL_CONFIGS["auto"]) == {"b": [0.5, 0.5, 0.5]}
+    assert noise_line(report).startswith("this run's noise: on 3 answers auto took no drafting step")
+    assert "0.50–0.50 (geometric mean 0.500)" in noise_line(report)
+    failed = [text for ok, text in bars(report, report.summary()) if not ok]
+    assert any(text.startswith("b: auto ×0.50") and text.endswith("this run's noise") for text in failed)
+    report.runs[-1].steps = {"ngram": 3, "none": 96}  # one of b's runs drafted: not the same work
+    failed = [text for ok, text in bars(report, report.summary()) if not ok]
+    assert any(text.startswith("b: auto ×0.50") and not text.endswith("noise") for text in failed)
 
 
 def test_baselines_are_added_for_every_temperature():

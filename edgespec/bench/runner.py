@@ -197,6 +197,20 @@ class Report:
         ratios = self.prompt_ratios(prompt, config, attr)
         return statistics.median(ratios) if ratios else math.nan
 
+    def undrafted_ratios(self, config: Config, attr: str = "decode_tps") -> dict[str, list[float]]:
+        """Per prompt, the ratios of the runs of ``config`` that took no drafting step: the
+        same work as target-only (plain steps, the controller's little Python aside), so
+        their spread is this run's noise, against which a per-prompt bar is read."""
+        base = baseline_for(config).label
+        found: dict[str, list[float]] = {}
+        for run in self.runs:
+            if run.config != config.label or set(run.steps) - {"none"}:
+                continue
+            ref = self.run_of(run.prompt, base, run.repeat)
+            if ref is not None and getattr(ref, attr) > 0:
+                found.setdefault(run.prompt, []).append(getattr(run, attr) / getattr(ref, attr))
+        return found
+
     def prompts_of(self, category: str) -> list[str]:
         return list(dict.fromkeys(r.prompt for r in self.runs if r.category == category))
 

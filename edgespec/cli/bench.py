@@ -30,6 +30,7 @@ from edgespec.bench.runner import (
     Config,
     Report,
     Run,
+    geomean,
     machine,
     run_benchmark,
     with_baselines,
@@ -201,7 +202,31 @@ def print_report(report: Report, *, regime: str = "cpu") -> list[tuple[bool, str
                 f"{label:<22} {cell.decode_tps:7.2f} {_fmt(cell.decode_ratio):>8} {spread:>11} "
                 f"{worst:>30} {_fmt(cell.e2e_ratio):>6} {e2e_worst:>30} {cell.tau:5.2f}  {steps}"
             )
+    noise = noise_line(report)
+    if noise:
+        print(f"\n{noise}")
     return print_bars(report, summary, regime=regime)
+
+
+_SAME_WORK = " — no drafting step: the same work as target-only, this run's noise"
+
+
+def _undrafted(report: Report) -> dict[str, list[float]]:
+    auto = next((c for c in report.configs if c.label == "auto"), None)
+    return report.undrafted_ratios(auto) if auto is not None else {}
+
+
+def noise_line(report: Report) -> str:
+    """How far apart the same work measured in this run: the answers where auto took no
+    drafting step did what target-only did."""
+    ratios = [r for values in _undrafted(report).values() for r in values]
+    if len(ratios) < 2:
+        return ""
+    return (
+        f"this run's noise: on {len(ratios)} answers auto took no drafting step (the same work as "
+        f"target-only); their decode ratios were {min(ratios):.2f}–{max(ratios):.2f} "
+        f"(geometric mean {geomean(ratios):.3f})"
+    )
 
 
 Bar = tuple[bool, str]
@@ -230,8 +255,11 @@ def bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "
             if _min_tokens(report, p, "auto") >= MIN_TOKENS_FOR_PROMPT
         }
         low = {p: v for p, v in long_prompts.items() if v < 0.97}
+        undrafted = _undrafted(report)
         for prompt, ratio in low.items():
-            bar(False, f"{prompt}: auto ×{ratio:.2f} of target-only (bar ≥ 0.97 on every prompt)")
+            runs = len(report.prompt_ratios(prompt, ALL_CONFIGS["auto"], "decode_tps"))
+            why = _SAME_WORK if len(undrafted.get(prompt, [])) == runs else ""
+            bar(False, f"{prompt}: auto ×{ratio:.2f} of target-only (bar ≥ 0.97 on every prompt){why}")
         if long_prompts and not low:
             worst = min(long_prompts, key=lambda p: long_prompts[p])
             n, worst_text = len(long_prompts), f"worst {worst} ×{long_prompts[worst]:.2f}"

@@ -270,7 +270,7 @@ def cost_model(curve: Curve, k_max: int) -> CostModel:
         costs.draft.set(k, curve.draft_seconds(k))
     costs.target.freeze_baseline()
     costs.draft.freeze_baseline()
-    costs.overhead = curve.python_s
+    costs.overhead = costs.plain_overhead = curve.python_s
     return costs
 
 

@@ -545,7 +545,7 @@ class AdaptivePolicy:
     def choices(self, view: StepView) -> list[Choice]:
         """Every option for the next step, priced."""
         context, budget = view.context, view.budget
-        plain = self.costs.target.estimate(1) + self.costs.overhead
+        plain = self._plain_seconds()
         options = [Choice("none", 0, 1.0 / plain, 1.0, plain)]
         self._risk_budget = self._saved_s + _RISK_SHARE * plain * max(self._answer_tokens, _RISK_TOKENS)
         cap = min(budget, self.gamma_cap or budget)
@@ -588,6 +588,12 @@ class AdaptivePolicy:
                 first = per_draft + self._switch_s / horizon
             options.append(self._best("model", np.full(cap, self.stats.model), first + return_s, per_draft))
         return options
+
+    def _plain_seconds(self) -> float:
+        """A plain step: one single-token pass and a plain step's own Python (a drafting
+        step's lookups and pricing cost several times more: priced alike, plain decoding
+        looked slower than it is wherever a step is short, on a GPU)."""
+        return self.costs.target.estimate(1) + self.costs.plain_overhead
 
     def _return_cost(self) -> float:
         """Seconds a drafting step that follows plain steps will cost the plain steps after
@@ -743,7 +749,7 @@ class AdaptivePolicy:
             return
         plain = self.realized.rate("none")
         if plain is None:
-            plain = 1.0 / (self.costs.target.estimate(1) + self.costs.overhead)
+            plain = 1.0 / self._plain_seconds()
         if realized < plain * _REALIZED_MARGIN:
             strikes = self._strikes.get(option, 0)
             self._banned[option] = self._steps + min(_BAN_STEPS * 2**strikes, _MAX_BAN)
@@ -790,12 +796,12 @@ class AdaptivePolicy:
         self._answer_tokens += outcome.accepted + 1
         self._answer_passes += 1
         if outcome.gamma:
-            self._saved_s += (outcome.accepted + 1) * (costs.target.estimate(1) + costs.overhead) - step_s
+            self._saved_s += (outcome.accepted + 1) * self._plain_seconds() - step_s
         chosen = self._chosen
         if chosen is not None and chosen.drafter == outcome.drafter and outcome.drafter in LOOKUP_DRAFTERS:
             self.realized.calibrate(outcome.drafter, chosen.expected - 1.0, outcome.accepted)
         self._check_realized(outcome.drafter)
-        costs.observe_overhead(outcome.overhead_s)
+        costs.observe_overhead(outcome.overhead_s, plain=outcome.gamma == 0)
         size = outcome.gamma + 1
         if size == 1 and self._plain_since_draft < 2:
             # A return to plain decoding: what it costs beyond a plain step. (It also moves

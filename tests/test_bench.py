@@ -19,7 +19,7 @@ from edgespec.bench.corpus import CATEGORIES, CORPUS, EDIT_KINDS, select
 from edgespec.bench.prompts import PROMPTS, REPRESENTATIVE
 from edgespec.bench.regimes import pair_for
 from edgespec.bench.runner import ALL_CONFIGS, BASELINE, Report, Run, geomean, run_benchmark, with_baselines
-from edgespec.cli.bench import bars, noise_line
+from edgespec.cli.bench import _near, bars, noise_line
 from edgespec.cli.generate import summary_line
 from edgespec.decoding.events import Done, Stats
 from edgespec.errors import EdgespecError
@@ -183,6 +183,12 @@ def test_answers_without_a_drafting_step_measure_the_run_s_noise():
     report.runs[-1].steps = {"ngram": 3, "none": 96}  # one of b's runs drafted: not the same work
     failed = [text for ok, text in bars(report, report.summary()) if not ok]
     assert any(text.startswith("b: auto ×0.50") and not text.endswith("noise") for text in failed)
+
+
+def test_a_ratio_just_below_its_bar_is_not_printed_as_the_bar():
+    assert _near(0.9696, 0.97) == "0.969"  # "×0.97 … bar ≥ 0.97 [FAIL]" would read as a mistake
+    assert _near(0.9704, 0.97) == "0.97"
+    assert _near(1.2345, 0.97) == "1.23"
 
 
 def test_baselines_are_added_for_every_temperature():

@@ -22,6 +22,11 @@ On a GPU the first two plain steps after a drafting step cost more than plain st
 plain steps that follow its drafting and charges it to any step that would start drafting
 after plain steps, where it is worth pricing (on a CPU it is noise around zero).
 
+A draft longer than one token risks only what the answer can afford: what drafting has
+saved in it so far plus a small share of its plain decoding time (_RISK_SHARE). On a steep
+CPU, where a failed 16-token draft costs ten plain steps, an answer drafts long only once
+its copies have paid for the bet; on a GPU the bound never binds.
+
 With p the probability that each next draft is accepted, a step that verifies γ drafts
 yields E = 1 + p + p² + … + p^γ tokens (the accepted prefix plus the target's token).
 

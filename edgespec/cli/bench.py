@@ -248,6 +248,7 @@ def _min_tokens(report: Report, prompt: str, config: str) -> int:
 def bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "cpu") -> list[Bar]:
     """Issue 13's bars, all on decode-phase ratios to target-only."""
     out: list[Bar] = []
+    undrafted = _undrafted(report)  # (the same for every category: read once)
 
     def bar(ok: bool, text: str) -> None:
         out.append((bool(ok), text))
@@ -264,7 +265,6 @@ def bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "
             if _min_tokens(report, p, "auto") >= MIN_TOKENS_FOR_PROMPT
         }
         low = {p: v for p, v in long_prompts.items() if v < 0.97}
-        undrafted = _undrafted(report)
         for prompt, ratio in low.items():
             runs = len(report.prompt_ratios(prompt, ALL_CONFIGS["auto"], "decode_tps"))
             why = _SAME_WORK if len(undrafted.get(prompt, [])) == runs else ""

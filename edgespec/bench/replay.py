@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from edgespec.bench.ceiling import ceiling_ratio
 from edgespec.bench.corpus import CATEGORIES, CorpusPrompt, select
 from edgespec.bench.runner import geomean
 from edgespec.bootstrap import LLAMA_CPP_VERSION
@@ -549,6 +550,26 @@ def replay(
     return results
 
 
+def add_ceiling(
+    recordings: list[Recording], target: Model, curve: Curve, results: dict[str, dict[str, Replayed]]
+) -> None:
+    """Adds the configuration "ceiling" to ``results``: each answer at the speed of the
+    fastest schedule in hindsight over auto's drafters on ``curve`` (bench.ceiling)."""
+    for rec in recordings:
+        ratio = ceiling_ratio(
+            target,
+            rec.prompt,
+            rec.answer,
+            rec.guesses,
+            lambda k: curve.target_seconds(k) + curve.python_s,
+            curve.draft_seconds(1),
+            target.options.max_outputs - 1,
+            target.eos if rec.ended else None,
+        )
+        plain = results[rec.id]["target only"]
+        results[rec.id]["ceiling"] = Replayed(plain.decode_tps * ratio)
+
+
 def summarize(
     recordings: list[Recording], results: dict[str, dict[str, Replayed]], configs: list[str]
 ) -> str:
@@ -602,6 +623,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--categories", nargs="+", metavar="CAT")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), metavar="LABEL")
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also print the ceiling: every step chosen in hindsight among the same drafters",
+    )
     args = parser.parse_args(argv)
     if "target only" not in args.configs:
         args.configs.insert(0, "target only")
@@ -623,11 +649,15 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.curve:
             curve = curve_from_costs(lm.controller_state().costs) if name == "here" else CURVES[name]
             results = replay(recordings, lm.target, lm.draft, curve, args.configs)
+            configs = list(args.configs)
+            if args.ceiling:
+                add_ceiling(recordings, lm.target, curve, results)
+                configs.append("ceiling")
             print(
                 f"\nreplayed on the '{name}' curve ({curve.about}); {args.split} half, {args.max_tokens} "
                 "tokens: decode-phase ratio to target-only, worst prompt in brackets"
             )
-            print(summarize(recordings, results, args.configs))
+            print(summarize(recordings, results, configs))
     except EdgespecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,105 @@
+"""The ceiling (bench.ceiling): the fastest schedule in hindsight over auto's drafters.
+
+The dynamic program is checked against an exhaustive search over every step a replay could
+take (drafts that hold, drafts that fail, any drafter, any length) on small synthetic
+answers and curves, a measured curve's dips included; on real recordings it must bound
+the replayed auto from above on every curve."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+
+from edgespec.bench.ceiling import ceiling_ratio, fastest_seconds, held_runs, lookup_runs, model_runs
+from edgespec.bench.corpus import select
+from edgespec.bench.replay import CURVES, add_ceiling, record, replay
+
+
+def exhaustive_seconds(lookup, model, verify_s, draft_token_s, longest):
+    """Every step from every position: a draft of any γ ≤ longest by either drafter commits
+    what of it holds plus one token; the least total time over all of them."""
+    n = len(lookup)
+
+    @functools.cache
+    def best(i: int) -> float:
+        if i >= n:
+            return 0.0
+        left = n - 1 - i
+        options = []
+        for gamma in range(0, longest + 1):
+            commits = min(gamma, lookup[i], left) + 1
+            options.append(verify_s(gamma + 1) + best(i + commits))
+            if model is not None:
+                commits = min(gamma, model[i], left) + 1
+                options.append(verify_s(gamma + 1) + gamma * draft_token_s + best(i + commits))
+        return min(options)
+
+    return best(1)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_fastest_schedule_is_the_least_time_over_every_schedule(seed):
+    rng = random.Random(seed)
+    n = rng.randint(2, 14)
+    longest = rng.randint(1, 6)
+    lookup = [0] + [rng.choice([0, 0, 1, 2, 3, 5, 9]) for _ in range(n - 1)]
+    model = [0] + [rng.choice([0, 1, 2, 4]) for _ in range(n - 1)] if seed % 2 else None
+    # a steep or a flat curve, with a dip now and then (a measured profile has them)
+    steep = rng.uniform(0.1, 1.0)
+    table = {k: 1.0 + steep * (k - 1) * rng.uniform(0.6, 1.2) for k in range(1, longest + 2)}
+    draft_token_s = rng.uniform(0.05, 0.6)
+    got = fastest_seconds(lookup, model, table.__getitem__, draft_token_s, longest)
+    want = exhaustive_seconds(lookup, model, table.__getitem__, draft_token_s, longest)
+    assert got == pytest.approx(want)
+
+
+def test_a_held_copy_on_a_flat_curve_is_drafted_whole_and_a_steep_curve_declines_it():
+    lookup = [0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]  # positions 1..9 copy to the end
+    flat = fastest_seconds(lookup, None, lambda k: 1.0 + 0.01 * (k - 1), 0.0, 16)
+    assert flat == pytest.approx(1.0 + 0.01 * 9)  # one pass verifies all nine
+    steep = fastest_seconds(lookup, None, lambda k: 1.2 * k, 0.0, 16)
+    assert steep == pytest.approx(1.2 * 10)  # every drafted token costs more than a plain step
+    # where no drafter holds, the ceiling is plain decoding
+    assert fastest_seconds([0] * 6, [0] * 6, lambda k: float(k), 0.1, 4) == pytest.approx(5.0)
+
+
+def test_runs_count_what_the_answer_confirms():
+    assert held_runs([5, 6, 7], [1, 5, 6, 8], 1) == 2
+    assert held_runs([5, 6], [1, 5], 1) == 1  # the answer ends
+    assert held_runs([], [1, 2], 1) == 0
+    # the draft model: its guesses agree with the answer at positions 1, 2, 3 and 5
+    assert model_runs([9, 2, 3, 4, 0, 6], [1, 2, 3, 4, 5, 6]) == [0, 3, 2, 1, 0, 1]
+
+
+def test_the_lookups_find_a_copy_of_the_prompt(pair):
+    prompt = pair.target.tokenize("Repeat exactly: the quick brown fox jumps over the lazy dog.\n")
+    answer = pair.target.tokenize("the quick brown fox jumps over the lazy dog.", add_special=False)
+    runs = lookup_runs(pair.target, prompt, answer, 64)
+    assert runs[0] == 0
+    # once the answer has started copying, the rest is proposed right to its end
+    assert runs[2:] == [len(answer) - i for i in range(2, len(answer))]
+    ratio = ceiling_ratio(pair.target, prompt, answer, None, lambda k: 1.0 + 0.05 * k, 0.0, 64)
+    assert ratio > 2.0
+
+
+@pytest.fixture(scope="module")
+def recordings(pair):
+    prompts = ("chat-explain-interest-2", "edit-rename-py-1")
+    chosen = [(p, pair.prompt_tokens(p.text, chat=True)) for p in select(ids=list(prompts))]
+    return record(pair.target, pair.draft, chosen, 48)
+
+
+@pytest.mark.parametrize("curve", ["cpu-avx2", "cpu", "xeon-f16", "gpu", "h200-history"])
+def test_no_replayed_configuration_beats_the_ceiling(pair, recordings, curve):
+    configs = ("target only", "auto", "model γ=2", "model γ=4")
+    results = replay(recordings, pair.target, pair.draft, CURVES[curve], configs)
+    add_ceiling(recordings, pair.target, CURVES[curve], results)
+    for runs in results.values():
+        for label in configs:
+            assert runs[label].decode_tps <= runs["ceiling"].decode_tps * 1.0001, (curve, label)
+    # ... and the ceiling is no mere bound: on a flat curve the rename copies far past auto
+    if curve == "gpu":
+        edit = results["edit-rename-py-1"]
+        assert edit["ceiling"].decode_tps > 1.3 * edit["auto"].decode_tps

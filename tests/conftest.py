@@ -45,6 +45,22 @@ def pair() -> EdgeSpec:
     lm.close()
 
 
+# Recorded answers for replays (edgespec.bench.replay): open chat and math (where the draft
+# model is the only drafter that can pay) and an edit (where copies pay even on a steep CPU);
+# dev half, so nothing is tuned on the test half. Recorded once: recording takes half a minute.
+REPLAYED_PROMPTS = ("chat-explain-interest-2", "math-bakery-1", "edit-rename-py-1")
+REPLAYED_TOKENS = 64
+
+
+@pytest.fixture(scope="session")
+def replay_recordings(pair: EdgeSpec) -> list:
+    from edgespec.bench.corpus import select
+    from edgespec.bench.replay import record
+
+    chosen = [(p, pair.prompt_tokens(p.text, chat=True)) for p in select(ids=list(REPLAYED_PROMPTS))]
+    return record(pair.target, pair.draft, chosen, REPLAYED_TOKENS)
+
+
 def fresh(lm: EdgeSpec) -> EdgeSpec:
     """Empty both KV caches, so a run starts from a full prefill like a new process."""
     lm.target.reset()

@@ -13,8 +13,7 @@ import random
 import pytest
 
 from edgespec.bench.ceiling import ceiling_ratio, fastest_seconds, held_runs, lookup_runs, model_runs
-from edgespec.bench.corpus import select
-from edgespec.bench.replay import CURVES, add_ceiling, record, replay
+from edgespec.bench.replay import CURVES, add_ceiling, replay
 
 
 def exhaustive_seconds(lookup, model, verify_s, draft_token_s, longest):
@@ -84,15 +83,9 @@ def test_the_lookups_find_a_copy_of_the_prompt(pair):
     assert ratio > 2.0
 
 
-@pytest.fixture(scope="module")
-def recordings(pair):
-    prompts = ("chat-explain-interest-2", "edit-rename-py-1")
-    chosen = [(p, pair.prompt_tokens(p.text, chat=True)) for p in select(ids=list(prompts))]
-    return record(pair.target, pair.draft, chosen, 48)
-
-
 @pytest.mark.parametrize("curve", ["cpu-avx2", "cpu", "xeon-f16", "gpu", "h200-history"])
-def test_no_replayed_configuration_beats_the_ceiling(pair, recordings, curve):
+def test_no_replayed_configuration_beats_the_ceiling(pair, replay_recordings, curve):
+    recordings = replay_recordings
     configs = ("target only", "auto", "model γ=2", "model γ=4")
     results = replay(recordings, pair.target, pair.draft, CURVES[curve], configs)
     add_ceiling(recordings, pair.target, CURVES[curve], results)

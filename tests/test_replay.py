@@ -12,24 +12,21 @@ import json
 
 import numpy as np
 import pytest
+from conftest import REPLAYED_TOKENS
 
 from edgespec.bench.corpus import select
-from edgespec.bench.replay import CURVES, cached_record, cost_model, curve_from_costs, record, replay
+from edgespec.bench.replay import CURVES, cached_record, cost_model, curve_from_costs, replay
 from edgespec.decoding import controller
 from edgespec.decoding.costs import CostModel
 from edgespec.errors import EdgespecError
 
-# open chat and math (where the draft model is the only drafter that can pay), and an
-# edit (where copies pay even on a steep CPU); dev half, so nothing is tuned on the test half
-PROMPTS = ("chat-explain-interest-2", "math-bakery-1", "edit-rename-py-1")
 CONFIGS = ("target only", "auto", "model γ=2", "model γ=4")
-TOKENS = 64
+TOKENS = REPLAYED_TOKENS
 
 
 @pytest.fixture(scope="module")
-def recordings(pair):
-    chosen = [(p, pair.prompt_tokens(p.text, chat=True)) for p in select(ids=list(PROMPTS))]
-    return record(pair.target, pair.draft, chosen, TOKENS)
+def recordings(replay_recordings):
+    return replay_recordings
 
 
 def ratios(results, prompt: str) -> dict[str, float]:

@@ -19,28 +19,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edgespec.decoding.controller import LOOKUP_DRAFTERS
-from edgespec.decoding.drafters.copy import CopyDrafter
-from edgespec.decoding.drafters.ngram import NgramDrafter
-from edgespec.decoding.drafters.reflow import ReflowDrafter
-from edgespec.runtime.model import Model
+from edgespec.decoding.engine import Engine
+from edgespec.runtime.model import Model, common_prefix
 
 
 def held_runs(proposals: list[int], answer: list[int], start: int) -> int:
     """How many proposed tokens the answer confirms from ``start`` on."""
-    held = 0
-    for proposed, actual in zip(proposals, answer[start:], strict=False):
-        if proposed != actual:
-            break
-        held += 1
-    return held
+    return common_prefix(proposals, answer[start:])
 
 
 def lookup_runs(target: Model, prompt: list[int], answer: list[int], longest: int) -> list[int]:
     """For every answer position i: the most tokens from i on that one of the lookups
     (copy, n-gram, reflow), asked after answer[:i], proposes right. (Position 0, the token
     the prompt's prefill makes, is 0: no step drafts it.)"""
-    drafters = {"copy": CopyDrafter(), "ngram": NgramDrafter(), "reflow": ReflowDrafter(target)}
-    assert set(drafters) == set(LOOKUP_DRAFTERS)  # the drafters auto chooses among
+    # the lookups auto chooses among, built as the engine builds them
+    drafters = {name: d for name, d in Engine(target).drafters.items() if name in LOOKUP_DRAFTERS}
     for drafter in drafters.values():
         drafter.begin(prompt, [])
     runs = [0] * len(answer)

@@ -5,7 +5,7 @@
     lm = EdgeSpec()                                   # the default pair, pulled if needed
     done = lm.generate("Write a haiku about caches", chat=True, max_tokens=64)
     print(done.text, done.stats.tau)
-    for event in lm.stream("def quicksort(xs):", gamma=4):
+    for event in lm.stream("def quicksort(xs):", drafter="ngram", gamma=4):
         ...                                           # Token / Step / Done events
 
 Models are resolved like everywhere else (a path, a cached catalog name, the hub, the
@@ -17,15 +17,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
-from edgespec.decoding.controller import AdaptivePolicy, ControllerState
+from edgespec.decoding.auto import PairState
+from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, MAX_GAMMA, make_policy
 from edgespec.decoding.engine import Engine, GenerationSettings
 from edgespec.decoding.events import Done, Event
-from edgespec.decoding.policy import FixedPolicy, Policy
+from edgespec.decoding.grammar import GrammarSpec, compile_grammar, json_object_grammar, schema_grammar
+from edgespec.decoding.penalties import DEFAULT_LAST_N, Penalties
+from edgespec.decoding.policy import Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError
 from edgespec.models import catalog
-from edgespec.models.gguf import read_info
 from edgespec.models.resolve import resolve
 from edgespec.runtime.chat_template import chat_tokens
 from edgespec.runtime.compat import check_pair, precheck
@@ -34,9 +37,7 @@ from edgespec.runtime.model import LoadOptions, Model, init_backend
 DEFAULT = "default"
 
 
-# The longest draft verified in one pass: a long verbatim copy pays more the further it is
-# drafted (a pass over 64 tokens costs far less than 64 single passes even on a CPU).
-DEFAULT_MAX_GAMMA = 64
+DEFAULT_MAX_GAMMA = MAX_GAMMA
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,25 @@ class EdgeSpec:
         if options.max_gamma < 1:
             raise EdgespecError("max gamma must be at least 1")
         init_backend(options.verbose)
+        import sys
+
+        from edgespec.models.pairing import choose_draft
+
         target_ref = resolve(catalog.default_name("target") if target == DEFAULT else target, quiet=quiet)
         draft_ref = None
-        if draft:
-            draft_ref = resolve(catalog.default_name("draft") if draft == DEFAULT else draft, quiet=quiet)
+        # Which draft a target named alone got, in one line (empty when a draft was named).
+        self.draft_note = ""
+        if draft == DEFAULT:
+            # A draft of the same vocabulary when one is at hand, else context drafting:
+            # never an error. The default target finds the default draft this way.
+            choice = choose_draft(target_ref, quiet=quiet)
+            draft_ref, self.draft_note = choice.draft, choice.note
+            if target != DEFAULT and not quiet:
+                print(f"edgespec: {choice.note}", file=sys.stderr, flush=True)
+        elif draft:
+            draft_ref = resolve(draft, quiet=quiet)
         if draft_ref is not None:
-            precheck(target_ref.name, read_info(target_ref.path), draft_ref.name, read_info(draft_ref.path))
+            precheck(target_ref.name, target_ref.path, draft_ref.name, draft_ref.path)
         base = LoadOptions(
             n_ctx=options.n_ctx,
             n_threads=options.threads,
@@ -89,16 +103,16 @@ class EdgeSpec:
         self.engine = Engine(self.target, self.draft)
         # One generation at a time per loaded pair: the caches are shared state.
         self.lock = threading.Lock()
-        self._controller: ControllerState | None = None
+        self._controller: PairState | None = None
 
-    def controller_state(self, *, quiet: bool = False) -> ControllerState:
+    def controller_state(self, *, quiet: bool = False) -> PairState:
         """The adaptive controller's knowledge of this pair (cost model, acceptance
         statistics), created on first use: loaded from the profile on disk, and what it
         lacks measured now (a progress bar unless ``quiet``). Call it after loading to
         keep the measurement out of the first answer."""
         if self._controller is None:
             with self.lock:  # never time anything while a generation runs
-                self._controller = ControllerState.prepare(
+                self._controller = PairState.prepare(
                     self.target, self.draft, self.engine.max_gamma + 1, quiet=quiet
                 )
         return self._controller
@@ -106,10 +120,18 @@ class EdgeSpec:
     # -- prompts ------------------------------------------------------------------------
 
     def prompt_tokens(
-        self, prompt: str | list[dict[str, str]], *, chat: bool = False, system: str | None = None
+        self,
+        prompt: str | list[dict[str, Any]],
+        *,
+        chat: bool = False,
+        system: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        **template_kwargs: Any,
     ) -> list[int]:
         """Token ids for a raw prompt, or for chat messages rendered with the model's
-        template (a string with ``chat=True`` becomes one user message)."""
+        template (a string with ``chat=True`` becomes one user message). ``tools`` (an
+        OpenAI tools list) and template switches (Qwen3's ``enable_thinking``) go to the
+        template; messages may carry assistant ``tool_calls`` and ``tool`` results."""
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise EdgespecError("the prompt is empty")
@@ -119,40 +141,40 @@ class EdgeSpec:
         messages = list(prompt)
         if system:
             messages.insert(0, {"role": "system", "content": system})
-        if not messages or not any(m.get("content", "").strip() for m in messages if m.get("role") == "user"):
+        if not messages:
             raise EdgespecError("the prompt is empty")
-        return chat_tokens(self.target, messages)
+        return chat_tokens(self.target, messages, tools=tools, **template_kwargs)
 
     # -- generation ---------------------------------------------------------------------
 
-    def policy(self, drafter: str = "model", gamma: int | str = 4) -> Policy:
-        if drafter == "auto" or gamma == "auto":
-            return AdaptivePolicy.create(
-                self.controller_state(),
-                self.engine.drafters.keys(),
-                self.engine.max_gamma,
-                drafter=drafter,
-                gamma=gamma,
-            )
-        return FixedPolicy(drafter, int(gamma))
+    def policy(self, drafter: str = DEFAULT_DRAFTER, gamma: int | str = DEFAULT_GAMMA) -> Policy:
+        """The policy for (drafter, γ): see ``edgespec.decoding.choice``."""
+        return make_policy(
+            drafter,
+            gamma,
+            loaded=self.engine.drafters.keys(),
+            max_gamma=self.engine.max_gamma,
+            pair_state=self.controller_state,
+        )
 
     def stream(
         self,
         prompt: str | list[dict[str, str]] | list[int],
         settings: GenerationSettings | None = None,
         *,
-        drafter: str = "model",
-        gamma: int | str = 4,
+        drafter: str = DEFAULT_DRAFTER,
+        gamma: int | str = DEFAULT_GAMMA,
         chat: bool = False,
         system: str | None = None,
         prediction: str | None = None,
         **sampling,
     ) -> Iterator[Event]:
         """Stream events for one generation. ``sampling`` keywords (temperature, top_k,
-        top_p, min_p, seed, max_tokens, stop, lenience, verify) build the settings when
-        none are given. ``prediction`` is the text the answer is expected to be (OpenAI's
-        Predicted Outputs, e.g. the file an edit starts from): the copy drafters propose
-        from it; the answer stays exactly the target's."""
+        top_p, min_p, seed, max_tokens, stop, lenience, verify, the penalties, logit_bias,
+        logprobs: see ``settings_from``) build the settings when none are given.
+        ``prediction`` is the text the answer is expected to be (OpenAI's Predicted
+        Outputs, e.g. the file an edit starts from): the copy drafters propose from it; the
+        answer stays exactly the target's."""
         settings = settings or settings_from(**sampling)
         if prediction:
             tokens_of_prediction = self.target.tokenize(prediction, add_special=False)
@@ -199,7 +221,23 @@ def settings_from(
     stop: tuple[str, ...] | list[str] = (),
     lenience: float = 1.0,
     verify: str = "token",
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    repeat_penalty: float = 1.0,
+    repeat_last_n: int = DEFAULT_LAST_N,
+    logit_bias: dict[int, float] | None = None,
+    logprobs: int | None = None,
+    grammar: str | GrammarSpec | None = None,
+    json_schema: dict | None = None,
+    json_object: bool = False,
 ) -> GenerationSettings:
+    """Settings from keywords. Penalties follow llama-server (see
+    ``edgespec.decoding.penalties``); ``logit_bias`` maps token ids to a bias in
+    [-100, 100]; ``logprobs`` asks for each token's log-probability and that many of the
+    most likely tokens at its position (0-20; None: none). At most one of ``grammar`` (GBNF
+    text), ``json_schema`` (answers are JSON values of that schema) and ``json_object``
+    (any JSON object) constrains the answer; JSON is written compact."""
+    constraint = constraint_from(grammar, json_schema, json_object)
     settings = GenerationSettings(
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
@@ -207,6 +245,37 @@ def settings_from(
         stop=tuple(stop),
         lenience=lenience,
         verify=verify,
+        penalties=Penalties(
+            presence=presence_penalty,
+            frequency=frequency_penalty,
+            repeat=repeat_penalty,
+            last_n=repeat_last_n,
+            logit_bias=tuple(sorted((logit_bias or {}).items())),
+        ),
+        logprobs=logprobs,
+        grammar=constraint,
     )
     settings.validate()
     return settings
+
+
+def constraint_from(
+    grammar: str | GrammarSpec | None, json_schema: dict | None, json_object: bool
+) -> GrammarSpec | None:
+    """The grammar an answer must follow, from the one way it was given (or None)."""
+    given = [
+        name for name, value in (("grammar", grammar), ("json schema", json_schema)) if value is not None
+    ]
+    if json_object:
+        given.append("json object")
+    if len(given) > 1:
+        raise EdgespecError(f"give one constraint, not {' and '.join(given)}")
+    if isinstance(grammar, GrammarSpec):
+        return grammar
+    if grammar is not None:
+        return compile_grammar(grammar)
+    if json_schema is not None:
+        return GrammarSpec(schema_grammar(json_schema))
+    if json_object:
+        return GrammarSpec(json_object_grammar())
+    return None

@@ -37,6 +37,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgespec import host
+from edgespec.host import home
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 LLAMA_CPP_VERSION = "0.3.36"
@@ -45,10 +48,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 def say(message: str) -> None:
     print(f"[setup] {message}", flush=True)
-
-
-def home() -> Path:
-    return Path(os.environ.get("EDGESPEC_HOME") or Path.home() / ".cache" / "edgespec")
 
 
 def venv_python() -> Path:
@@ -64,13 +63,7 @@ def run(cmd: list[str], **kwargs) -> None:
 def cpu_flags() -> str:
     """The instruction sets the native build may use: a wheel built for AVX-512 must not
     be reused on a CPU without it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return " ".join(sorted(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return platform.processor()
+    return " ".join(sorted(host.cpu_flags())) or platform.processor()
 
 
 # --- the build recipe ------------------------------------------------------------------

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from edgespec.host import home
+
 ENV_LOG = "EDGESPEC_CRASH_LOG"
 ENV_STEP = "EDGESPEC_CRASH_STEP"
 ENV_PARENT = "EDGESPEC_CRASH_PARENT"
@@ -44,11 +46,6 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE}
 
 _step_fd: int | None = None
 _log_file = None
-
-
-def home() -> Path:
-    # The same default as edgespec.models.store.home(), which this module may not import.
-    return Path(os.environ.get("EDGESPEC_HOME") or Path.home() / ".cache" / "edgespec")
 
 
 def crashes_dir() -> Path:

@@ -7,6 +7,7 @@ cache (EDGESPEC_HOME). Nothing here is mocked.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,28 @@ from edgespec.models import catalog
 from edgespec.models.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Fixtures that load a GGUF, and calls in a test module that do (a subprocess running the
+# CLI or a server, a pair or model built by hand): a test using either needs the models.
+MODEL_FIXTURES = {"target_path", "draft_path", "smol_path", "pair", "replay_recordings"}
+MODEL_CALLS = re.compile(r"(?<![\w.])(?:run_cli|serve|EdgeSpec|Model|launch_app)\(")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that needs the real models ``needs_models``, so that
+    ``pytest -m "not needs_models"`` runs the math, the controller on synthetic costs and
+    the schemas without any set-up. A module is model-bound when its source calls one of
+    ``MODEL_CALLS``; a test is, when it uses one of ``MODEL_FIXTURES`` (directly or through
+    another fixture)."""
+    model_bound: dict[Path, bool] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in model_bound:
+            source = path.read_text(encoding="utf-8") if path.is_file() else ""
+            model_bound[path] = MODEL_CALLS.search(source) is not None
+        uses_models = MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if model_bound[path] or uses_models:
+            item.add_marker(pytest.mark.needs_models)
 
 
 @pytest.fixture(scope="session")
@@ -54,10 +77,10 @@ REPLAYED_TOKENS = 64
 
 @pytest.fixture(scope="session")
 def replay_recordings(pair: EdgeSpec) -> list:
-    from edgespec.bench.corpus import select
+    from edgespec.bench.corpus import prompt_tokens, select
     from edgespec.bench.replay import record
 
-    chosen = [(p, pair.prompt_tokens(p.text, chat=True)) for p in select(ids=list(REPLAYED_PROMPTS))]
+    chosen = [(p, prompt_tokens(pair, p)) for p in select(ids=list(REPLAYED_PROMPTS))]
     return record(pair.target, pair.draft, chosen, REPLAYED_TOKENS)
 
 

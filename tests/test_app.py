@@ -1,4 +1,6 @@
-"""The chat app over HTTP, driven with gradio_client against the real default model pair.
+"""The chat app. First what its panels say, from synthetic Step/Token/Done events (pure,
+no models); then the app over HTTP, driven with gradio_client against the real default
+model pair.
 
 The app runs in this process on a free loopback port; each test opens its own client, and
 so its own Gradio session (conversation, Stop ownership).
@@ -22,15 +24,32 @@ from gradio_client import Client
 from gradio_client.utils import Status
 
 from edgespec.api import EdgeSpec
+from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, NONE, NONE_COLOUR, REGISTRY
+from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
+from edgespec.ui.answer import AnswerRun
+from edgespec.ui.figures import DRAFTED_NAME, DRAFTER_COLOURS, NO_DRAFT_NAME, gauge_figure, steps_figure
 from edgespec.ui.handlers import View
-from edgespec.ui.layout import build_app
+from edgespec.ui.layout import build_app, drafter_choices, drafter_help
+from edgespec.ui.reasons import FIXED_WORDS, IDLE_WORDS, reason_words
+from edgespec.ui.text import (
+    PROVENANCE_STYLE,
+    final_stats_markdown,
+    provenance_html,
+    speedup_markdown,
+    step_rows,
+)
 
 pytestmark = [
-    pytest.mark.slow,
     # Gradio's own queue metrics trip pandas 3 deprecations: noise, not ours to fix.
     pytest.mark.filterwarnings("ignore:'future.no_silent_downcasting' is deprecated"),
     pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
 ]
+
+
+def needs_models(test):
+    """The tests that load the default pair: slow, and only where the GGUFs are."""
+    return pytest.mark.slow(pytest.mark.needs_models(test))
+
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 OUT = {name: index for index, name in enumerate(View.names())}
@@ -50,6 +69,203 @@ FAST = {
 }
 CODE_PROMPT = "Write a Python function that adds two numbers."
 LONG_PROMPT = "Write a long, detailed story about a robot who learns to paint."
+
+# -- what the panels say, from synthetic events (no models) ----------------------------------
+
+REASON = "none:0@31.2/s, ngram:4@40.1/s, copy:8@55.0/s"
+
+
+def step(drafter: str, gamma: int, accepted: int, planned: int | None = None, reason: str = "") -> Step:
+    planned = gamma if planned is None else planned
+    return Step(drafter, gamma, accepted, 0.01, 0.02, planned_gamma=planned, reason=reason)
+
+
+def tokens(*sources: str) -> list[Token]:
+    return [Token(100 + i, f"<{source}{i}>", source) for i, source in enumerate(sources)]
+
+
+def fold(events: list[Event]) -> AnswerRun:
+    run = AnswerRun()
+    for event in events:
+        run.add(event)
+    return run
+
+
+def done(run: AnswerRun) -> Done:
+    stats = Stats(tokens=run.tokens, target_passes=len(run.steps), wall_s=1.0, ttft_s=0.2)
+    return Done(text=run.text, tail="", stop_reason="eos", stats=stats)
+
+
+def drafted_events() -> list[Event]:
+    """A first token, then a model step all accepted, a copy step cut short, a plain step."""
+    return [
+        *tokens(PLAIN),
+        step("model", 4, 4),
+        *tokens(DRAFT, DRAFT, DRAFT, DRAFT, BONUS),
+        step("copy", 8, 2, reason=REASON),
+        *tokens(DRAFT, DRAFT, TARGET),
+        step(NONE, 0, 0),
+        *tokens(PLAIN),
+    ]
+
+
+def plain_events(steps: int) -> list[Event]:
+    events: list[Event] = [*tokens(PLAIN)]
+    for _ in range(steps):
+        events += [step(NONE, 0, 0), *tokens(PLAIN)]
+    return events
+
+
+def finished(events: list[Event]) -> AnswerRun:
+    run = fold(events)
+    run.add(done(run))
+    return run
+
+
+def figure_title(figure) -> str:
+    return figure.layout.title.text
+
+
+def test_legend_separates_corrections_from_tokens_with_no_draft():
+    assert list(PROVENANCE_STYLE) == [DRAFT, TARGET, BONUS, PLAIN]
+    labels = {source: label for source, (label, _, _) in PROVENANCE_STYLE.items()}
+    assert labels[TARGET] == "correction" and labels[PLAIN] == "target, no draft"
+    backgrounds = [background for _, background, _ in PROVENANCE_STYLE.values()]
+    assert len(set(backgrounds)) == 4, "each provenance needs its own colour"
+
+    drafted = provenance_html(finished(drafted_events()), colour=True)
+    for source, count in ((DRAFT, 6), (TARGET, 1), (BONUS, 1), (PLAIN, 2)):
+        assert f'data-legend="{source}" data-count="{count}"' in drafted
+        assert f'data-source="{source}"' in drafted
+    legend = drafted.split('class="provenance-text"')[0]
+    order = [legend.index(f'data-legend="{source}"') for source in (DRAFT, TARGET, BONUS, PLAIN)]
+    assert order == sorted(order), "legend order: draft, correction, bonus, no draft"
+
+    plain = provenance_html(finished(plain_events(5)), colour=True)
+    assert f'data-legend="{PLAIN}" data-count="6"' in plain
+    assert f'data-legend="{TARGET}" data-count="0"' in plain
+    assert f'data-source="{TARGET}"' not in plain, "no draft, so nothing was corrected"
+    assert plain.count("data-source=") == 1 and f'data-source="{PLAIN}"' in plain
+
+
+def test_every_drafter_has_its_registry_colour_in_the_step_chart():
+    assert DRAFTER_COLOURS[NONE] == NONE_COLOUR
+    assert "copy" in DRAFTER_COLOURS
+    for name, spec in REGISTRY.items():
+        assert DRAFTER_COLOURS[name] == spec.colour
+    assert len(set(DRAFTER_COLOURS.values())) == len(DRAFTER_COLOURS)
+
+    steps = [step(name, 3, 1 + i % 3) for i, name in enumerate(REGISTRY)]
+    traces = {trace.name: trace for trace in steps_figure(steps).data}
+    for i, (name, spec) in enumerate(REGISTRY.items()):
+        trace = traces[f"accepted ({name})"]
+        assert trace.marker.color == spec.colour
+        assert list(trace.x) == [i + 1] and list(trace.y) == [1 + i % 3]
+
+
+def test_step_chart_draws_steps_without_a_draft_at_zero():
+    figure = steps_figure(finished(drafted_events()).steps)
+    traces = {trace.name: trace for trace in figure.data}
+    assert list(traces[DRAFTED_NAME].x) == [1, 2] and list(traces[DRAFTED_NAME].y) == [4, 8]
+    assert list(traces["accepted (model)"].y) == [4]
+    assert list(traces["accepted (copy)"].y) == [2]
+    assert list(traces[NO_DRAFT_NAME].x) == [3] and list(traces[NO_DRAFT_NAME].y) == [0]
+    assert traces[NO_DRAFT_NAME].marker.color == NONE_COLOUR
+
+    plain = steps_figure(finished(plain_events(5)).steps)
+    assert [trace.name for trace in plain.data] == [NO_DRAFT_NAME]
+    assert list(plain.data[0].x) == [1, 2, 3, 4, 5] and set(plain.data[0].y) == {0}
+
+
+def test_gauge_names_its_step_while_streaming_and_sums_up_the_answer_at_the_end():
+    live = gauge_figure(fold(drafted_events()))
+    assert "step 2 of 3 so far: copy, 2 of 8 accepted" in figure_title(live)
+    assert live.data[0].value == 2 and live.data[0].number.suffix == " / 8"
+
+    end = gauge_figure(finished(drafted_events()))
+    title = figure_title(end)
+    assert "whole answer: 2 of 3 steps drafted" in title
+    assert "6 of 12 drafted tokens accepted, τ 3.00" in title
+    assert end.data[0].value == 6 and end.data[0].number.suffix == " / 12"
+    assert "step 2" not in title
+
+    nothing = gauge_figure(finished(plain_events(55)))
+    title = figure_title(nothing)
+    assert "no drafting in this answer" in title and "55 steps" in title and "τ 1.00" in title
+    assert nothing.data[0].value == 0 and "waiting" not in title
+    assert "no drafts" in nothing.layout.annotations[0].text, "no acceptance rate over nothing drafted"
+
+    assert "no drafting step yet (3 plain steps so far)" in figure_title(gauge_figure(fold(plain_events(3))))
+    assert "send a message" in figure_title(gauge_figure(None))
+
+
+@pytest.mark.parametrize(
+    ("planned", "expected"),
+    [
+        (step("copy", 8, 5, reason=REASON), "chose copy, 8 tokens: est. 55 tok/s vs 31 plain"),
+        (step(NONE, 0, 0, reason=""), FIXED_WORDS),
+        (step(NONE, 0, 0, reason="idle"), IDLE_WORDS),
+        (
+            step(NONE, 0, 0, reason="none:0@31.2/s, ngram:4@30.0/s"),
+            "no draft: est. 31 tok/s plain, best draft ngram, 4 tokens, est. 30",
+        ),
+        (
+            step(NONE, 0, 0, reason="none:0@31.2/s, ngram:4@33.0/s"),
+            "no draft: est. 31 tok/s plain, best draft ngram, 4 tokens, est. 33 (not clearly faster)",
+        ),
+        (
+            step(NONE, 0, 0, reason="none:0@7.5/s"),
+            "no draft: no drafting option to price (est. 7.5 tok/s plain)",
+        ),
+        (
+            step("model", 4, 1, reason="none:0@31.2/s, model:6@20.4/s"),
+            "tried model, 4 tokens (to keep measuring it): est. 20 tok/s vs 31 plain",
+        ),
+        (
+            step(NONE, 0, 0, planned=8, reason=REASON),
+            "chose copy, 8 tokens: est. 55 tok/s vs 31 plain; it found nothing to propose",
+        ),
+        (step("ngram", 2, 2, reason="a form this page does not know"), "a form this page does not know"),
+    ],
+)
+def test_reason_in_words(planned: Step, expected: str):
+    assert reason_words(planned) == expected
+
+
+def test_step_table_shows_words_not_the_controller_string():
+    rows = step_rows(finished(drafted_events()).steps)
+    assert [row[1] for row in rows] == ["model", "copy", NONE]
+    assert rows[1][5] == "chose copy, 8 tokens: est. 55 tok/s vs 31 plain"
+    assert rows[0][5] == FIXED_WORDS
+    assert not any("@" in str(row[5]) for row in rows)
+
+
+def test_rates_say_they_are_end_to_end():
+    stats = Stats(tokens=11, target_passes=10, wall_s=2.0, ttft_s=1.0)
+    table = final_stats_markdown(stats, "eos")
+    assert "| tokens/s, end to end | 5.5 " in table
+    assert "| tokens/s, decode phase | 10.0 " in table
+    assert "both end to end" in speedup_markdown(5.5, 4.0)
+
+
+def test_drafter_choices_come_from_the_registry_with_auto_first():
+    assert drafter_choices(has_draft=True) == list(CHOICES)
+    assert drafter_choices(has_draft=True)[0] == AUTO
+    without = drafter_choices(has_draft=False)
+    assert "copy" in without and NONE in without
+    assert not any(name in REGISTRY and REGISTRY[name].kind == "model" for name in without)
+    help_text = drafter_help(list(CHOICES))
+    assert all(f"**{name}**: {CHOICE_HELP[name]}" in help_text for name in CHOICES)
+
+    app = build_app(None, load_error="no model here")
+    by_id = {getattr(block, "elem_id", None): block for block in app.blocks.values()}
+    radio = by_id["drafter"]
+    assert [value for _, value in radio.choices] == list(CHOICES)
+    assert radio.value == AUTO
+    assert "**copy**" in by_id["drafter-help"].value
+
+
+# -- the app over HTTP, with the real models -------------------------------------------------
 
 
 def free_port() -> int:
@@ -73,6 +289,12 @@ def launch(lm: EdgeSpec | None, load_error: str | None = None) -> Iterator[str]:
 def lm() -> Iterator[EdgeSpec]:
     model = EdgeSpec(quiet=True)
     yield model
+    # A failed test can leave an answer running in Gradio's worker thread: end it, and
+    # free the models only once it let go of them.
+    model.stop()
+    released = model.lock.acquire(timeout=60)
+    if released:
+        model.lock.release()
     model.close()
 
 
@@ -119,6 +341,7 @@ def wait_for_text(job, timeout: float = 120) -> str:
     raise AssertionError("no answer text streamed back")
 
 
+@needs_models
 def test_answer_streams_with_stats_and_continues_the_conversation(client: Client):
     job = ask(client, CODE_PROMPT)
     final = job.result(timeout=180)
@@ -147,6 +370,7 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
     assert reused > 30
 
 
+@needs_models
 def test_empty_message_shows_an_error_and_the_app_keeps_answering(client: Client):
     failed = ask(client, "   ").result(timeout=60)
     assert "empty" in failed[OUT["error"]]
@@ -155,6 +379,7 @@ def test_empty_message_shows_an_error_and_the_app_keeps_answering(client: Client
     assert ok[OUT["error"]] == ""
 
 
+@needs_models
 def test_prompt_longer_than_the_context_is_reported(client: Client, lm: EdgeSpec):
     message = "cache " * (lm.target.n_ctx + 200)
     failed = ask(client, message).result(timeout=120)
@@ -164,6 +389,7 @@ def test_prompt_longer_than_the_context_is_reported(client: Client, lm: EdgeSpec
     assert answer_text(ok[OUT["chatbot"]])
 
 
+@needs_models
 def test_stop_ends_the_generation_at_once_and_the_session_goes_on(client: Client):
     job = ask(client, LONG_PROMPT, max_tokens=400)
     wait_for_text(job)
@@ -179,6 +405,7 @@ def test_stop_ends_the_generation_at_once_and_the_session_goes_on(client: Client
     assert len(ok[OUT["chatbot"]]) == 4
 
 
+@needs_models
 def test_second_session_waits_its_turn_and_cannot_stop_the_first(app_url: str, client: Client):
     other = Client(app_url, verbose=False)
     try:
@@ -200,6 +427,7 @@ def test_second_session_waits_its_turn_and_cannot_stop_the_first(app_url: str, c
         other.close()
 
 
+@needs_models
 def test_baseline_is_measured_before_any_speedup_is_shown(client: Client):
     missing = client.predict(api_name="/measure_baseline")
     assert "send a message first" in missing[OUT["error"]]
@@ -209,6 +437,7 @@ def test_baseline_is_measured_before_any_speedup_is_shown(client: Client):
     assert "speedup ×" in speedup and "vs measured baseline (" in speedup and "tok/s)" in speedup
 
 
+@needs_models
 def test_clear_mid_generation_starts_over(client: Client):
     ask(client, "Say hello in one word.", max_tokens=16).result(timeout=180)
     job = ask(client, LONG_PROMPT, max_tokens=400)
@@ -220,6 +449,7 @@ def test_clear_mid_generation_starts_over(client: Client):
     assert [m["role"] for m in fresh[OUT["chatbot"]]] == ["user", "assistant"]
 
 
+@needs_models
 def test_lenience_reaches_the_running_generation(client: Client, lm: EdgeSpec, monkeypatch):
     seen: list = []
     real_stream = lm.stream
@@ -237,12 +467,17 @@ def test_lenience_reaches_the_running_generation(client: Client, lm: EdgeSpec, m
     job.result(timeout=60)
 
 
+@needs_models
 def test_default_settings_use_the_adaptive_controller(client: Client):
     final = client.submit(CODE_PROMPT, max_tokens=24, api_name="/chat").result(timeout=180)
     assert final[OUT["error"]] == ""
     assert answer_text(final[OUT["chatbot"]])
+    # The controller's priced options reach the table in words, never as its raw string.
+    why = [row[5] for row in final[OUT["steps_table"]]["data"]]
+    assert why and not any("@" in text or text == FIXED_WORDS for text in why), why
 
 
+@pytest.mark.slow
 def test_a_model_that_failed_to_load_is_shown_and_the_app_still_runs():
     with launch(None, load_error="no such model: missing.gguf") as url:
         page_config = httpx.get(f"{url}config", timeout=30).text
@@ -257,6 +492,7 @@ def test_a_model_that_failed_to_load_is_shown_and_the_app_still_runs():
             c.close()
 
 
+@pytest.mark.slow
 def test_app_script_reports_a_bad_model_in_one_line():
     result = subprocess.run(
         [sys.executable, str(APP), "--target", "/no/such/model.gguf", "--port", str(free_port())],

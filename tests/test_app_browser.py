@@ -1,6 +1,7 @@
 """The chat app end to end in real headless Chromium (Debian's /usr/bin/chromium), against
-the real default model pair: streaming text, the live gauge, the colouring toggle, and a
-second tab that visibly waits its turn. Leaves a screenshot in test-output/."""
+the real default model pair: streaming text, the live gauge, the colouring toggle, a
+second tab that visibly waits its turn, and what the legend, the step chart and the gauge
+say of an answer with drafts and of one without. Leaves screenshots in test-output/."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import EdgeSpec
+from edgespec.decoding.drafters import CHOICES, NONE_COLOUR, REGISTRY
+from edgespec.ui.figures import NO_DRAFT_NAME
 from edgespec.ui.layout import build_app
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.needs_models,
     # Gradio's own queue metrics trip pandas 3 deprecations: noise, not ours to fix.
     pytest.mark.filterwarnings("ignore:'future.no_silent_downcasting' is deprecated"),
     pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
@@ -34,7 +38,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 OUTPUT_DIR = Path(__file__).resolve().parent.parent / "test-output"
-TIMEOUT_MS = 120_000  # generous: two CPU cores, possibly shared with other work
+TIMEOUT_MS = 300_000  # generous: two CPU cores, possibly shared with other work
 LAST_ANSWER_JS = """() => {
     const bots = document.querySelectorAll('#chatbot .bot-row .message-content');
     return bots.length ? bots[bots.length - 1].innerText : '';
@@ -43,6 +47,16 @@ LAST_ANSWER_JS = """() => {
 # whose visible text can shrink when a code fence opens, it only ever grows.
 STREAMED_TEXT_JS = """() => [...document.querySelectorAll('#provenance [data-source]')]
     .map(e => e.textContent).join('')"""
+# The legend chips as drawn: provenance, token count, label.
+LEGEND_JS = """() => [...document.querySelectorAll('#provenance [data-legend]')]
+    .map(e => [e.dataset.legend, Number(e.dataset.count), e.textContent])"""
+SOURCES_JS = """() => [...new Set([...document.querySelectorAll('#provenance [data-source]')]
+    .map(e => e.dataset.source))]"""
+# The step chart's traces, as Plotly drew them (the graph div keeps its data).
+CHART_JS = """() => {
+    const plot = document.querySelector('#steps-plot .js-plotly-plot');
+    return plot ? plot.data.map(t => ({name: t.name, y: Array.from(t.y), colour: t.marker.color})) : null;
+}"""
 
 
 def free_port() -> int:
@@ -63,6 +77,12 @@ def app_url() -> Iterator[str]:
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
+    # A failed test can leave an answer running in Gradio's worker thread: end it, and
+    # free the models only once it let go of them.
+    lm.stop()
+    released = lm.lock.acquire(timeout=60)
+    if released:
+        lm.lock.release()
     lm.close()
 
 
@@ -71,11 +91,15 @@ def open_app(browser, url: str):
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
     page.wait_for_selector("#message textarea")
+    # The drafter options are the registry's, every one of them offered.
+    page.locator("#drafter label").first.wait_for()
+    offered = [t.strip() for t in page.locator("#drafter label").all_inner_texts()]
+    assert offered == list(CHOICES), offered
     # Fixed drafting through the UI's own controls: the gauge must have drafts to show.
     page.click("#drafter label:has-text('model')")
     page.click("#gamma input")
     page.click("ul[role=listbox] li:text-is('4')")
-    page.fill("#max-tokens input[type=number]", "64")
+    page.fill("#max-tokens input[type=number]", "32")
     page.keyboard.press("Tab")
     return page
 
@@ -91,6 +115,61 @@ def gauge_accepted(page) -> int:
 
 def coloured_spans(page) -> int:
     return page.locator("#provenance [data-source]").count()
+
+
+def chart(page, names_wanted) -> list[dict]:
+    """The step chart's traces once they satisfy ``names_wanted`` (Plotly draws a new
+    figure a moment after Gradio hands it over), or as they are after a few seconds."""
+    traces: list[dict] = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        traces = page.evaluate(CHART_JS) or []
+        if names_wanted({trace["name"] for trace in traces}):
+            break
+        time.sleep(0.1)
+    return traces
+
+
+def legend(page) -> dict[str, tuple[int, str]]:
+    return {source: (count, label) for source, count, label in page.evaluate(LEGEND_JS)}
+
+
+def check_drafted_answer(page) -> None:
+    """Legend, chart and gauge of an answer drafted by the model at γ = 4."""
+    chips = legend(page)
+    assert list(chips) == ["draft", "target", "bonus", "plain"], chips
+    assert "correction" in chips["target"][1] and "target, no draft" in chips["plain"][1]
+    assert chips["draft"][0] > 0
+    assert chips["plain"][0] >= 1, "the first token has no draft behind it"
+    traces = {trace["name"]: trace for trace in chart(page, lambda names: "accepted (model)" in names)}
+    model = traces["accepted (model)"]
+    assert model["colour"] == REGISTRY["model"].colour and max(model["y"]) > 0
+    if NO_DRAFT_NAME in traces:  # steps with no draft sit at 0, never as a token
+        assert set(traces[NO_DRAFT_NAME]["y"]) == {0}
+    gauge = page.locator("#gauge")
+    expect_text(gauge, "whole answer:")
+    expect_text(gauge, "drafted tokens accepted, τ")
+
+
+def check_plain_answer(page) -> None:
+    """Legend, chart and gauge of an answer with drafter none: nothing is a correction."""
+    chips = legend(page)
+    assert chips["plain"][0] > 0
+    assert chips["draft"][0] == chips["target"][0] == chips["bonus"][0] == 0, chips
+    assert page.evaluate(SOURCES_JS) == ["plain"]
+    traces = chart(page, lambda names: names == {NO_DRAFT_NAME})
+    assert [trace["name"] for trace in traces] == [NO_DRAFT_NAME]
+    assert len(traces[0]["y"]) >= 2, "one mark per step, at 0"
+    assert set(traces[0]["y"]) == {0} and traces[0]["colour"] == NONE_COLOUR
+    expect_text(page.locator("#gauge"), "no drafting in this answer")
+    assert "waiting" not in (page.locator("#gauge").text_content() or "")
+    assert "fixed setting" in page.inner_text("#steps-table")
+
+
+def expect_text(locator, text: str) -> None:
+    from playwright.sync_api import expect
+
+    expect(locator).to_contain_text(text)
 
 
 def test_chat_in_a_real_browser(app_url: str):
@@ -147,11 +226,22 @@ def test_chat_in_a_real_browser(app_url: str):
             page.click("#colour-toggle input")
             expect(page.locator("#provenance [data-source]").first).to_be_visible()
 
+            check_drafted_answer(page)
+
             # The waiting tab gets its answer once the first one is done.
             expect(waiting.locator("#stats")).to_contain_text("tokens/s", timeout=TIMEOUT_MS)
             assert waiting.evaluate(LAST_ANSWER_JS)
             second_shot = OUTPUT_DIR / "app_browser_second_tab.png"
             waiting.screenshot(path=str(second_shot), full_page=True)
-            print(f"screenshots: {OUTPUT_DIR / 'app_browser.png'} and {second_shot}")
+
+            # An answer with no drafting at all says so, everywhere.
+            page.click("#drafter label:has-text('none')")
+            page.fill("#message textarea", "Count from 1 to 5, one number per line.")
+            page.keyboard.press("Enter")
+            expect(page.locator("#gauge")).to_contain_text("no drafting in this answer", timeout=TIMEOUT_MS)
+            check_plain_answer(page)
+            plain_shot = OUTPUT_DIR / "app_browser_no_draft.png"
+            page.screenshot(path=str(plain_shot), full_page=True)
+            print(f"screenshots: {OUTPUT_DIR / 'app_browser.png'}, {second_shot} and {plain_shot}")
         finally:
             browser.close()

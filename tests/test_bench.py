@@ -15,7 +15,7 @@ from conftest import run_cli
 from test_models_cli import one_error_line
 
 from edgespec.api import EdgeSpec, RuntimeOptions
-from edgespec.bench.corpus import CATEGORIES, CORPUS, EDIT_KINDS, select
+from edgespec.bench.corpus import CATEGORIES, CORPUS, EDIT_KINDS, KINDS, select
 from edgespec.bench.prompts import PROMPTS, REPRESENTATIVE
 from edgespec.bench.regimes import pair_for
 from edgespec.bench.runner import ALL_CONFIGS, BASELINE, Report, Run, geomean, run_benchmark, with_baselines
@@ -43,10 +43,11 @@ def test_corpus_ids_sources_and_texts_are_sound():
     ids = [p.id for p in CORPUS]
     assert len(ids) == len(set(ids))
     assert all(p.source.strip() and "edgespec" in p.source for p in CORPUS)
-    texts = [p.text.strip() for p in CORPUS]
+    written = [p for p in CORPUS if p.messages is None]  # agent prompts are conversations
+    texts = [p.text.strip() for p in written]
     assert len(texts) == len(set(texts))
     # Short enough for a 2-core CPU: 700 tokens is about 2,800 characters of English.
-    assert all(40 <= len(p.text) <= 2800 for p in CORPUS), [p.id for p in CORPUS if len(p.text) > 2800]
+    assert all(40 <= len(p.text) <= 2800 for p in written), [p.id for p in written if len(p.text) > 2800]
 
 
 def test_code_editing_covers_every_kind_in_both_halves_and_several_languages():
@@ -55,11 +56,11 @@ def test_code_editing_covers_every_kind_in_both_halves_and_several_languages():
         assert {p.kind for p in edits if p.split == split} == set(EDIT_KINDS), split
     languages = {p.text.split("```", 1)[1].split("\n", 1)[0] for p in edits}
     assert "python" in languages and len(languages - {"python"}) >= 2, languages
-    assert all(not p.kind for p in CORPUS if p.category != "code editing")
+    assert all(not p.kind for p in CORPUS if p.category not in KINDS)
 
 
 def test_representative_prompts_come_from_the_dev_half():
-    assert set(PROMPTS) == set(CATEGORIES)
+    assert set(PROMPTS) == {c for c in CATEGORIES if c != "agent"}  # an agent prompt is no text
     by_id = {p.id: p for p in CORPUS}
     for category, pid in REPRESENTATIVE.items():
         assert by_id[pid].split == "dev" and by_id[pid].category == category

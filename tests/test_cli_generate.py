@@ -1,5 +1,5 @@
 """`edgespec generate` and `edgespec chat`: the command-line contract, through the real
-command and the real default models."""
+command and the real default models (bad input is refused before any model loads)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,15 @@ import pytest
 from conftest import run_cli
 from test_models_cli import one_error_line
 
+from edgespec.cli.generate import summary_line
+from edgespec.decoding.choice import MAX_GAMMA
+from edgespec.decoding.drafters import CHOICE_HELP, CHOICES
+from edgespec.decoding.events import Done, Stats
+
 QUICK = ["--max-tokens", "12", "--ctx", "512"]
 
 
+@pytest.mark.needs_models
 def test_generate_json_contract():
     result = run_cli(
         "generate", "--prompt", "def add(a, b):", "--json", "--drafter", "model", "--gamma", "4", *QUICK
@@ -36,6 +42,7 @@ def test_generate_json_contract():
     assert stats["drafted"] > 0
 
 
+@pytest.mark.needs_models
 def test_generate_streams_text_and_reads_stdin_and_files(tmp_path):
     streamed = run_cli("generate", "--chat", "--prompt", "Say hello in French.", *QUICK)
     assert streamed.returncode == 0, streamed.stderr
@@ -46,8 +53,28 @@ def test_generate_streams_text_and_reads_stdin_and_files(tmp_path):
     prompt_file.write_text("The capital of France is")
     from_file = run_cli("generate", "--drafter", "none", "--prompt-file", str(prompt_file), *QUICK)
     assert from_file.stdout == piped.stdout  # greedy: same prompt, same text
+    # The prompt as the command's words, unquoted as a newcomer types it: the same text.
+    words = run_cli(
+        "generate", "The", "capital", "of", "France", "is", "--drafter", "none", "--gamma", "0", *QUICK
+    )
+    assert words.returncode == 0, words.stderr
+    assert words.stdout == piped.stdout
 
 
+def test_help_lists_every_drafter_and_the_defaults():
+    result = run_cli("generate", "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())  # argparse wraps lines: compare words
+    assert "PROMPT" in text and 'edgespec generate "text"' in text
+    assert "who drafts (default: auto)" in text
+    for name in CHOICES:
+        assert f"{name} {' '.join(CHOICE_HELP[name].split())}" in text, name
+    assert f"'auto' (default: the controller picks per step) or 0..{MAX_GAMMA}" in text
+    chat = run_cli("chat", "--help")
+    assert all(CHOICE_HELP[name].split()[0] in chat.stdout for name in CHOICES)
+
+
+@pytest.mark.needs_models
 def test_chat_session_keeps_context(tmp_path):
     script = "My name is Ada. Reply with one word: OK.\nWhat is my name? Answer with one word.\n\n"
     result = run_cli("chat", "--max-tokens", "16", "--ctx", "1024", stdin=script)
@@ -56,14 +83,40 @@ def test_chat_session_keeps_context(tmp_path):
     assert result.stderr.count("tok/s") == 2  # one stats line per answer
 
 
+@pytest.mark.needs_models
+def test_chat_one_token_answer_has_no_tau():
+    # One token comes from the prefill alone: no target pass follows it, so τ and the
+    # decode rate have nothing to stand on.
+    args = ["--drafter", "none", "--gamma", "0", "--max-tokens", "1", "--ctx", "512"]
+    result = run_cli("chat", *args, stdin="Say yes.\n\n")
+    assert result.returncode == 0, result.stderr
+    line = next(ln for ln in result.stderr.splitlines() if "tok/s" in ln)
+    assert line.startswith("[1 token, decode — / end-to-end ")
+    assert "τ —" in line and "nothing drafted" in line and "τ 0.00" not in line
+
+
+def test_summary_line_says_only_what_was_measured():
+    one = summary_line(
+        Done(text="x", tail="", stats=Stats(tokens=1, wall_s=0.5, ttft_s=0.5), stop_reason="max_tokens")
+    )
+    assert "τ —" in one and "decode —" in one and "nothing drafted" in one
+    stats = Stats(tokens=9, target_passes=4, drafted=8, accepted=6, wall_s=2.0, ttft_s=0.4)
+    many = summary_line(Done(text="x", tail="", stats=stats, stop_reason="eos"))
+    assert "[9 tokens, decode 5.0 / end-to-end 4.5 tok/s, τ 2.00, accepted 6/8 (75%)" in many
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
         (["--prompt", ""], "the prompt is empty"),
         (["--prompt", "   \n"], "the prompt is empty"),
-        (["--prompt", "hi", "--gamma", "-1"], "gamma must be >= 0"),
-        (["--prompt", "hi", "--gamma", "5000", "--ctx", "256"], "does not fit"),
-        (["--prompt", "hi", "--gamma", "many"], "gamma must be a number"),
+        (["--prompt", "hi", "--gamma", "-1"], f"gamma must be 'auto' or from 0 to {MAX_GAMMA} (got -1)"),
+        (["--prompt", "hi", "--gamma", "100"], f"gamma 100 is more than the {MAX_GAMMA} tokens"),
+        (["--prompt", "hi", "--gamma", "5000", "--ctx", "256"], f"the {MAX_GAMMA} tokens"),
+        (["--prompt", "hi", "--gamma", "40", "--ctx", "32"], "does not fit in a context of 32"),
+        (["--prompt", "hi", "--gamma", "many"], "gamma must be 'auto' or a whole number (got 'many')"),
+        (["--prompt", "hi", "--drafter", "model", "--draft", "none"], "needs a draft model"),
+        (["hi", "--prompt", "there"], "two prompts"),
         (["--prompt", "hi", "--temperature", "-0.5"], "temperature must be >= 0"),
         (["--prompt", "hi", "--top-p", "0"], "top_p must be in (0, 1]"),
         (["--prompt", "hi", "--top-p", "1.5"], "top_p must be in (0, 1]"),
@@ -71,17 +124,24 @@ def test_chat_session_keeps_context(tmp_path):
         (["--prompt", "hi", "--lenience", "-2"], "lenience must be in (0, 1]"),
         (["--prompt-file", "/nonexistent/prompt.txt"], "prompt file not found"),
         (["--prompt", "hi", "--max-tokens", "0"], "max tokens must be at least 1"),
-        (["--prompt", "hi", "--drafter", "psychic"], "invalid choice"),
+        (["--prompt", "hi", "--drafter", "psychic"], "unknown drafter 'psychic'; choose one of auto,"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, fragment):
     one_error_line(run_cli("generate", *args), fragment)
 
 
+def test_chat_checks_drafter_and_gamma_alike():
+    one_error_line(run_cli("chat", "--gamma", "100", stdin=""), str(MAX_GAMMA))
+    one_error_line(run_cli("chat", "--drafter", "psychic", stdin=""), "unknown drafter")
+
+
+@pytest.mark.needs_models
 def test_prompt_longer_than_the_context():
     one_error_line(run_cli("generate", "--ctx", "256", "--prompt", "word " * 400), "context holds")
 
 
+@pytest.mark.needs_models
 def test_context_limit_is_a_stop_reason():
     result = run_cli("generate", "--ctx", "256", "--max-tokens", "2000", "--json", "--drafter", "ngram",
                      "--prompt", "Count from 1 to 500, one number per line.", "--chat")  # fmt: skip

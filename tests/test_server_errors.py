@@ -13,7 +13,7 @@ import pytest
 
 from tests.server_fixtures import REPO, Server, serve
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_models]  # every test here has the served pair
 
 KEY = "test-key-123"
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -84,18 +84,19 @@ def test_api_key_is_required(server: Server) -> None:
         ({"messages": HELLO, "stop": 5}, "stop", "string"),
         ({"messages": HELLO, "seed": 1.5}, "seed", "integer"),
         ({"messages": HELLO, "n": 2}, "n", "must be 1"),
-        (
-            {"messages": HELLO, "tools": [{"type": "function", "function": {"name": "f"}}]},
-            "tools",
-            "not supported",
-        ),
-        ({"messages": HELLO, "logprobs": True}, "logprobs", "not supported"),
-        ({"messages": HELLO, "response_format": {"type": "json_object"}}, "response_format", "not supported"),
-        ({"messages": HELLO, "frequency_penalty": 0.5}, "frequency_penalty", "not supported"),
+        ({"messages": HELLO, "functions": [{"name": "f"}]}, "functions", "not supported"),
+        ({"messages": HELLO, "audio": {"voice": "alloy"}}, "audio", "not supported"),
+        ({"messages": HELLO, "echo": True}, "echo", "not supported"),
+        ({"messages": HELLO, "best_of": 3}, "best_of", "not supported"),
         ({"messages": HELLO, "colour": "red"}, "colour", "unknown field"),
-        ({"messages": HELLO, "drafter": "wizard"}, "drafter", "unknown drafter"),
-        ({"messages": HELLO, "gamma": -1}, "gamma", "'auto' or an integer"),
-        ({"messages": HELLO, "gamma": 1000}, "gamma", "'auto' or an integer"),
+        ({"messages": HELLO, "drafter": "wizard"}, "drafter", "unknown drafter 'wizard'; choose one"),
+        ({"messages": HELLO, "drafter": 7}, "drafter", "unknown drafter 7"),
+        ({"messages": HELLO, "gamma": -1}, "gamma", "gamma must be 'auto' or from 0 to 64 (got -1)"),
+        ({"messages": HELLO, "gamma": 100}, "gamma", "gamma 100 is more than the 64 tokens"),
+        ({"messages": HELLO, "gamma": 1000}, "gamma", "the 64 tokens"),
+        ({"messages": HELLO, "gamma": "lots"}, "gamma", "'auto' or a whole number (got 'lots')"),
+        ({"messages": HELLO, "gamma": 2.5}, "gamma", "'auto' or a whole number"),
+        ({"messages": HELLO, "gamma": True}, "gamma", "'auto' or a whole number"),
         ({"messages": HELLO, "stream_options": {"include_usage": True}}, "stream_options", "stream"),
         ({"messages": HELLO, "prediction": {"type": "image"}}, "prediction", "content"),
         ({"messages": HELLO, "top_p": 0}, None, "top"),
@@ -151,6 +152,18 @@ def test_server_still_answers_after_bad_requests(server: Server) -> None:
     )
     assert answer.choices[0].message.content
     assert answer.usage.completion_tokens <= 4
+
+
+def test_drafter_and_gamma_default_to_auto(server: Server) -> None:
+    # Absent or null, both are auto; γ as a string of digits is a number, as on the CLI.
+    for extra in ({}, {"drafter": None, "gamma": None}, {"drafter": "ngram", "gamma": "2"}):
+        response = post(server, {"messages": HELLO, "max_tokens": 3, **extra})
+        assert response.status_code == 200, response.text
+        speculation = response.json()["speculation"]
+        if extra.get("drafter"):
+            assert (speculation["drafter"], speculation["gamma"]) == ("ngram", 2)
+        else:
+            assert (speculation["drafter"], speculation["gamma"]) == ("auto", "auto")
 
 
 def test_taken_port_is_one_line_and_exit_2(server: Server) -> None:

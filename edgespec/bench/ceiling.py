@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from edgespec.decoding.controller import LOOKUP_DRAFTERS
+from edgespec.decoding.drafters import LOOKUP_DRAFTERS
 from edgespec.decoding.engine import Engine
 from edgespec.runtime.model import Model, common_prefix
 

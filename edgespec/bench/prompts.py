@@ -2,7 +2,8 @@
 
 For quick checks (tests, examples) that want a realistic request of each kind without
 running the whole corpus; the benchmark itself runs ``bench.corpus``. Only dev prompts are
-used, so that tuning against these never touches the test half the figures come from.
+used, so that tuning against these never touches the test half the figures come from. (An
+agent prompt is a conversation with tools, not a text: that category has none here.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ REPRESENTATIVE: dict[str, str] = {
     "open chat": "chat-advice-trip-1",
     "translation": "translate-en-fr-museum-1",
     "math reasoning": "math-bakery-1",
+    "structured": "json-extract-jobpost-1",
 }
 
 PROMPTS: dict[str, str] = {category: BY_ID[pid].text for category, pid in REPRESENTATIVE.items()}

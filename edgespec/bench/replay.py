@@ -28,17 +28,21 @@ import hashlib
 import json
 import math
 import sys
+import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
 
+from edgespec.api import settings_from
 from edgespec.bench.ceiling import ceiling_ratio
-from edgespec.bench.corpus import CATEGORIES, CorpusPrompt, select
+from edgespec.bench.corpus import CATEGORIES, CorpusPrompt, prompt_tokens, select, settings_extras
 from edgespec.bench.runner import geomean
 from edgespec.bootstrap import LLAMA_CPP_VERSION
-from edgespec.decoding.controller import AcceptanceStats, AdaptivePolicy, ControllerState
+from edgespec.decoding.auto import DEFAULT, PairState, Tuning
+from edgespec.decoding.choice import make_policy
 from edgespec.decoding.costs import CostModel, write_atomically
 from edgespec.decoding.engine import Engine, GenerationSettings
 from edgespec.decoding.events import Done, Step
@@ -99,148 +103,60 @@ def _interpolate(points: dict[int, float], k: int) -> float:
     return values[-1] + slope * (k - ks[-1])
 
 
-_H200 = Curve(
-    "h200",
-    "an NVIDIA H200, both models offloaded (CUDA build, sm_90), as measured through this "
-    "runtime with the pair's shapes: every pass is host-bound at about 1.8 ms, 5 tokens "
-    "verified for 1.74x one, and a draft token costs more than a target token",
-    # Measured 2026-11-25 with the shipped pair's GGUF headers over all-zero weights
-    # (the 1.1 GB target cannot be carried to that machine; no kernel reads values).
-    # In steady decoding: T(1) 1.79 ms (plain), T(2) 2.21 ms (lookup steps of one
-    # drafted token), T(3) about 2.78 ms, T(5) 3.09 ms (model γ=4, every token held).
-    # Longer passes: `edgespec costs measure` less the 2.9 ms its setup decode left
-    # queued (the bias fixed in Model.decode); a drafted token 2.31 ms, Python included.
-    # These are passes after one of the same size: after another size a pass cost
-    # 1.2-2.8 ms more there, and the next two single tokens 1-5 ms more (README,
-    # GPUs), which this curve leaves out: its ratios flatter a controller that
-    # changes γ often.
-    0.00179,
-    {
-        1: 1,
-        2: 1.24,
-        3: 1.56,
-        4: 1.62,
-        5: 1.74,
-        8: 1.74,
-        9: 2.35,
-        16: 2.4,
-        17: 2.57,
-        24: 2.63,
-        32: 2.96,
-        48: 3.41,
-        65: 4.25,
-    },
-    1.29,
-    {1: 1, 2: 1.24, 4: 1.62, 65: 4.25},
-)
+CURVES_FILE = Path(__file__).with_name("data") / "curves.toml"
 
 
-CURVES = {
-    curve.name: curve
-    for curve in (
-        Curve(
-            "cpu",
-            "a 2-core AMD EPYC with AVX-512, as measured through this runtime (edgespec costs "
-            "show, Q4_K_M pair): every extra verified token costs most of a token",
-            0.0307,
-            {
-                1: 1,
-                2: 1.75,
-                3: 2.5,
-                4: 2.97,
-                5: 3.77,
-                8: 6.89,
-                9: 7.36,
-                16: 8.15,
-                17: 9.92,
-                32: 13.9,
-                65: 26.7,
-            },
-            0.66,
-            {1: 1, 2: 1.45, 4: 1.9, 65: 14.1},
-        ),
-        Curve(
-            "cpu-avx2",
-            "a 2-core AMD EPYC with AVX2 only (edgespec costs measure, Q4_K_M pair): steeper "
-            "still, 16 tokens verified for 9.9x one",
-            0.0631,
-            {
-                1: 1,
-                2: 1.7,
-                3: 2.49,
-                4: 2.76,
-                5: 3.43,
-                6: 4.08,
-                7: 5.02,
-                8: 7.31,
-                9: 8.01,
-                12: 8.24,
-                16: 9.89,
-                17: 10.72,
-                24: 12.74,
-                32: 15.93,
-                48: 21.2,
-                65: 32.4,
-            },
-            0.47,
-            {1: 1, 2: 1.54, 4: 2.32, 65: 23.9},
-        ),
-        Curve(
-            "cpu-f16",
-            "the same EPYC with the target re-quantized to F16 (--regime f16): a pass over "
-            "5 tokens costs 2x one, a draft token 0.29x a target token",
-            0.078,
-            {1: 1, 2: 1.69, 3: 1.9, 4: 1.96, 5: 2.04, 6: 2.15, 7: 2.85, 9: 2.97, 17: 4.9, 32: 8.1, 65: 16.1},
-            0.29,
-            {1: 1, 2: 1.35, 4: 2.1, 65: 14.8},
-        ),
-        Curve(
-            "xeon-f16",
-            "an Intel Xeon (Sapphire Rapids) with the target in F16, as issue 13 measured it: "
-            "4 tokens verified for 1.27x one, a draft token 0.26x",
-            0.143,
-            {1: 1, 2: 1.1, 5: 1.27, 9: 1.6, 17: 2.3, 65: 6.5},
-            0.26,
-            {1: 1, 2: 1.4, 4: 1.4, 8: 2.6, 16: 3.1, 65: 10},
-        ),
-        Curve(
-            "gpu",
-            "Apple Silicon or a GPU (MACHINE.md: a pass over 8-16 tokens costs about one); "
-            "the 0.5B draft, memory-bound like the target, at 0.35x a target token",
-            0.025,
-            {1: 1, 2: 1.02, 5: 1.05, 9: 1.1, 17: 1.2, 33: 1.5, 65: 2.2},
-            0.35,
-            {1: 1, 2: 1.02, 5: 1.05, 17: 1.2, 65: 2.2},
-        ),
-        _H200,
-        replace(
-            _H200,
-            name="h200-history",
-            about="the h200 curve, with what a pass cost there beyond its size after passes of "
-            "another size: a multi-token pass 1.2-2.8 ms more, the next two single tokens "
-            "1.0 and 1.7 ms more",
-            # Measured 2026-11-26, same machine and pair (README, GPUs; .gpu/shape.py and
-            # poison.py of that session): a pass after one of another size against one
-            # after the same size, medians of 9: 2 tokens 4.98 against 2.14 ms, 3 tokens
-            # 5.01 / 2.39, 5 tokens 4.22 / 2.95, 9: 5.33 / 4.10, 17: 5.85 / 4.57, 33:
-            # 6.87 / 5.49, 65: 8.93 / 7.67. The first two single tokens after a 4-token
-            # pass: medians of 6, 2.8 and 3.5 ms against 1.8 (another run gave 3.4 and
-            # 6.1, after passes of 2-65 tokens: the smaller figures are used). The draft
-            # keeps the h200 curve's price, measured as its steps pay it.
-            reshape={2: 1.59, 3: 1.46, 5: 0.71, 9: 0.69, 17: 0.72, 33: 0.77, 65: 0.70},
-            back_to_one=(0.56, 0.95),
-        ),
-        Curve(
-            "gpu-slow-draft",
-            "the GPU curve with a draft token at 0.6x a target token (small models are "
-            "launch-bound on a GPU, so a draft is not always much cheaper)",
-            0.025,
-            {1: 1, 2: 1.02, 5: 1.05, 9: 1.1, 17: 1.2, 33: 1.5, 65: 2.2},
-            0.6,
-            {1: 1, 2: 1.02, 5: 1.05, 17: 1.2, 65: 2.2},
-        ),
-    )
-}
+def _figures(where: str, values: dict) -> dict:
+    """A curve table's figures as ``Curve`` holds them (TOML keys are strings)."""
+    try:
+        out = dict(values)
+        for name in ("target", "draft", "reshape"):
+            if name in out:
+                out[name] = {int(k): float(v) for k, v in out[name].items()}
+        for name in ("target_s", "draft_ratio", "python_s"):
+            if name in out:
+                out[name] = float(out[name])
+        if "back_to_one" in out:
+            first, second = out["back_to_one"]
+            out["back_to_one"] = (float(first), float(second))
+    except (AttributeError, TypeError, ValueError) as e:
+        raise EdgespecError(f"{where}: a figure is not a number where one belongs ({e})") from None
+    return out
+
+
+def load_curves(path: Path = CURVES_FILE) -> dict[str, Curve]:
+    """The cost curves of ``path``, by name in the file's order: one table each with
+    ``Curve``'s fields, a ``provenance`` (where the figures come from; not kept), and
+    optionally ``based_on``, an earlier curve whose figures it keeps where it gives none."""
+    try:
+        tables = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise EdgespecError(f"{path}: cannot read the cost curves ({e})") from None
+    known = {f.name for f in fields(Curve)} - {"name"}
+    required = ("about", "target_s", "target", "draft_ratio", "draft")
+    curves: dict[str, Curve] = {}
+    for name, table in tables.items():
+        where = f"{path}: curve {name!r}"
+        if not isinstance(table, dict):
+            raise EdgespecError(f"{where}: not a table")
+        values = {k: v for k, v in table.items() if k not in ("provenance", "based_on")}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise EdgespecError(f"{where}: unknown field {unknown[0]!r}")
+        values = _figures(where, values)
+        base = table.get("based_on")
+        if base is not None:
+            if base not in curves:
+                raise EdgespecError(f"{where}: based on {base!r}, which no table before it defines")
+            values = {k: getattr(curves[base], k) for k in known} | values
+        missing = [k for k in required if k not in values]
+        if missing:
+            raise EdgespecError(f"{where}: missing field {missing[0]!r}")
+        curves[name] = Curve(name, **values)
+    return curves
+
+
+CURVES = load_curves()
 
 
 def curve_from_costs(costs: CostModel, name: str = "here") -> Curve:
@@ -298,13 +214,14 @@ def record(
     max_tokens: int,
     progress: Callable[[str], None] | None = None,
 ) -> list[Recording]:
-    """Greedy target answers (plain decoding) and the draft's teacher-forced guesses."""
+    """Greedy target answers (plain decoding, under the prompt's JSON schema where it has
+    one) and the draft's teacher-forced guesses."""
     recordings = []
     for prompt, tokens in prompts:
         engine = Engine(target)
         target.reset()
         done = None
-        settings = GenerationSettings(max_tokens=max_tokens)
+        settings = settings_from(max_tokens=max_tokens, **settings_extras(prompt))
         for event in engine.stream(list(tokens), settings):
             if isinstance(event, Done):
                 done = event
@@ -341,12 +258,12 @@ def cached_record(
     """``record``, kept on disk outside the repository: recording takes minutes, and a
     replay is run again after every change to the controller, which does not change what
     is recorded. The key covers both model files, the llama.cpp release, the prompts (ids,
-    categories, tokens) and max tokens."""
+    categories, tokens, schemas) and max tokens."""
     key = hashlib.sha256()
     for model in (target, draft):
         info = model.path.stat()
         key.update(f"{model.path.resolve()}:{info.st_size}:{info.st_mtime_ns}|".encode())
-    described = [[p.id, p.category, tokens] for p, tokens in prompts]
+    described = [[p.id, p.category, tokens, settings_extras(p)] for p, tokens in prompts]
     key.update(json.dumps([_RECORDING_VERSION, LLAMA_CPP_VERSION, max_tokens, described]).encode())
     path = store.home() / "replay" / f"{key.hexdigest()[:16]}.json"
     try:
@@ -499,11 +416,17 @@ class ReplayedDraft(ReplayedModel):
 CONFIGS = ("target only", "auto", "model γ=2", "model γ=4", "model γ=8")
 
 
-def policy_for(label: str, state: ControllerState, engine: Engine) -> Policy:
+def policy_for(label: str, state: PairState, engine: Engine) -> Policy:
     if label == "target only":
         return FixedPolicy("none", 0)
     if label == "auto":
-        return AdaptivePolicy.create(state, engine.drafters.keys(), engine.max_gamma)
+        return make_policy(
+            "auto",
+            "auto",
+            loaded=engine.drafters.keys(),
+            max_gamma=engine.max_gamma,
+            pair_state=lambda: state,
+        )
     drafter, _, gamma = label.partition(" γ=")
     if not gamma.isdigit():
         raise EdgespecError(f"unknown configuration {label!r} (known: {', '.join(CONFIGS)}, or 'ngram γ=16')")
@@ -520,7 +443,12 @@ class Replayed:
 
 
 def replay(
-    recordings: list[Recording], target: Model, draft: Model, curve: Curve, configs: Iterable[str] = CONFIGS
+    recordings: list[Recording],
+    target: Model,
+    draft: Model,
+    curve: Curve,
+    configs: Iterable[str] = CONFIGS,
+    tuning: Tuning = DEFAULT,
 ) -> dict[str, dict[str, Replayed]]:
     """Every configuration over every recording, in order (auto's statistics carry from
     one prompt to the next, as in a session): {prompt id: {config: Replayed}}."""
@@ -530,7 +458,7 @@ def replay(
     )
     replayed_draft = ReplayedDraft(draft, clock, curve.draft_seconds)
     engine = Engine(replayed_target, replayed_draft, clock=clock)  # type: ignore[arg-type]
-    state = ControllerState(costs=cost_model(curve, engine.max_gamma + 1), stats=AcceptanceStats())
+    state = PairState(cost_model(curve, engine.max_gamma + 1), tuning)
     results: dict[str, dict[str, Replayed]] = defaultdict(dict)
     for rec in recordings:
         for label in configs:
@@ -638,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         if lm.draft is None:
             raise EdgespecError("a replay needs the draft model")
         prompts = select(args.split, args.categories)
-        chosen = [(p, lm.prompt_tokens(p.text, chat=True)) for p in prompts]
+        chosen = [(p, prompt_tokens(lm, p)) for p in prompts]
         print(
             f"recording {len(chosen)} answers with the real models (kept for the next replay)",
             file=sys.stderr,

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgespec.api import EdgeSpec, settings_from
-from edgespec.bench.corpus import CorpusPrompt
+from edgespec.bench.corpus import CorpusPrompt, conversation, prompt_tokens, settings_extras
 from edgespec.bench.llamacpp import run_ngram_simple
-from edgespec.decoding.controller import describe
+from edgespec.decoding.auto import describe
 from edgespec.decoding.events import Done, Step
 from edgespec.errors import EdgespecError
 from edgespec.runtime.chat_template import render
@@ -324,7 +324,8 @@ def peak_rss_bytes() -> int:
 
 def _llamacpp_run(lm: EdgeSpec, binary: Path, prompt: CorpusPrompt, repeat: int, max_tokens: int) -> Run:
     """The same prompt through llama.cpp's own n-gram speculation (its decode phase)."""
-    text = render(lm.target, [{"role": "user", "content": prompt.text}])
+    messages, tools = conversation(prompt)
+    text = render(lm.target, messages, tools=tools)
     threads = lm.target.options.n_threads or default_threads()
     ref = run_ngram_simple(binary, lm.target.path, text, max_tokens, threads, ctx=lm.target.n_ctx)
     passes = max(ref.tokens - ref.accepted - 1, 1)  # one target token per verification
@@ -369,7 +370,7 @@ def run_benchmark(
     report = Report(configs=list(configs), costs=describe(state.costs), machine=machine())
     for round_, (prompt, repeat) in enumerate(itertools.product(prompts, range(repeats))):
         if repeat == 0:
-            tokens = lm.prompt_tokens(prompt.text, chat=True)
+            tokens = prompt_tokens(lm, prompt)
         turn = round_ % len(configs)
         for config in [*configs[turn:], *configs[:turn]]:
             if config == LLAMACPP:
@@ -384,7 +385,11 @@ def run_benchmark(
             if lm.draft is not None:
                 lm.draft.reset()
             settings = settings_from(
-                temperature=config.temperature, seed=run_seed, verify=config.verify, max_tokens=max_tokens
+                temperature=config.temperature,
+                seed=run_seed,
+                verify=config.verify,
+                max_tokens=max_tokens,
+                **settings_extras(prompt),
             )
             steps: Counter = Counter()
             done = None

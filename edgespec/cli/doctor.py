@@ -1,7 +1,9 @@
 """``edgespec doctor``: one screen with what a bug report needs, and every problem found.
 
 Each failed check is one line starting with "FAIL" that says what to do; the exit code is
-0 when every check passed and 1 otherwise.
+0 when every check passed and 1 otherwise. A line starting with "WARN" is no failure but
+something to know before trusting figures: a model decoding at under half the speed its
+cost profile measured on this machine (the machine is busy, or throttled).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from edgespec.runtime.model import LoadOptions, Model, amx_guard_needed
 
 PROMPT = "def fibonacci(n):\n"
 N_TOKENS = 20
+# Below this share of the speed the cost profile predicts, the machine is not itself:
+# a short decode varies by tens of percent, not by half.
+SLOW_SHARE = 0.5
 
 
 def add_parser(subparsers) -> None:
@@ -36,6 +41,7 @@ def add_parser(subparsers) -> None:
 class Report:
     def __init__(self) -> None:
         self.failures = 0
+        self.warnings = 0
 
     def line(self, key: str, value: object) -> None:
         print(f"{key + ':':<16} {value}", flush=True)
@@ -44,6 +50,10 @@ class Report:
         self.failures += 1
         print(f"FAIL {message}", flush=True)
 
+    def warn(self, message: str) -> None:
+        self.warnings += 1
+        print(f"WARN {message}", flush=True)
+
 
 def run(args: argparse.Namespace) -> int:
     report = Report()
@@ -51,14 +61,17 @@ def run(args: argparse.Namespace) -> int:
     _build(report)
     _cached_models(report)
     models = _load(report, args)
-    _cost_profile(report, models)
-    for model in models.values():
-        _decode(report, model)
+    profile = _cost_profile(report, models)
+    for role, model in models.items():
+        speed = _decode(report, model)
+        if speed is not None:
+            _compare_speed(report, model, speed, _predicted_speed(profile, role))
         model.close()
+    warned = f", {report.warnings} warning(s) above" if report.warnings else ""
     if report.failures:
-        print(f"{report.failures} check(s) failed", flush=True)
+        print(f"{report.failures} check(s) failed{warned}", flush=True)
         return 1
-    print("all checks passed", flush=True)
+    print(f"all checks passed{warned}", flush=True)
     return 0
 
 
@@ -128,9 +141,10 @@ def _load(report: Report, args: argparse.Namespace) -> dict[str, Model]:
     return loaded
 
 
-def _cost_profile(report: Report, models: dict[str, Model]) -> None:
+def _cost_profile(report: Report, models: dict[str, Model]) -> dict | None:
+    """Where the pair's cost profile is and when it was measured; its contents, if any."""
     if "target" not in models:
-        return
+        return None
     # costs is another layer's file format: read it, tolerate anything, never fail on it.
     try:
         from edgespec.decoding import costs
@@ -138,11 +152,12 @@ def _cost_profile(report: Report, models: dict[str, Model]) -> None:
         path = costs.profile_path(models["target"], models.get("draft"))
     except Exception as exc:
         report.line("cost profile", f"unknown ({exc.__class__.__name__}: {exc})")
-        return
+        return None
     if not path.is_file():
         report.line("cost profile", "not measured yet — it will be measured on first use")
-        return
+        return None
     when = None
+    data = None
     try:
         data = json.loads(path.read_text())
         if isinstance(data, dict) and isinstance(data.get("measured_at"), int | float):
@@ -153,10 +168,30 @@ def _cost_profile(report: Report, models: dict[str, Model]) -> None:
     when = when or path.stat().st_mtime
     stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M UTC")
     report.line("cost profile", f"{path} ({source} {stamp})")
+    return data if isinstance(data, dict) else None
 
 
-def _decode(report: Report, model: Model) -> None:
-    """A real greedy decode: tokens/s here, and proof the build computes on this CPU."""
+def _predicted_speed(profile: dict | None, role: str) -> float | None:
+    """Tokens/s of one-token passes in the profile (its "target" and "draft" curves hold
+    seconds per pass by batch size), or None where it does not say."""
+    curve = profile.get(role) if profile else None
+    seconds = curve.get("1") if isinstance(curve, dict) else None
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
+        return 1.0 / seconds
+    return None
+
+
+def _compare_speed(report: Report, model: Model, measured: float, predicted: float | None) -> None:
+    if predicted is not None and measured < SLOW_SHARE * predicted:
+        report.warn(
+            f"{model.name} decodes at {measured:.1f} tokens/s, under half the {predicted:.1f} its cost "
+            "profile measured: this machine looks busy (or throttled), so speeds measured now will be low"
+        )
+
+
+def _decode(report: Report, model: Model) -> float | None:
+    """A real greedy decode: tokens/s here (returned), and proof the build computes on
+    this CPU."""
     try:
         logits = model.decode(model.tokenize(PROMPT), 1)
         out: list[int] = []
@@ -170,6 +205,8 @@ def _decode(report: Report, model: Model) -> None:
         report.fail(
             f"{model.name}: decoding failed: {exc}; run: make setup (or EDGESPEC_BUILD=portable make setup)"
         )
-        return
+        return None
     text = model.detokenize(out)
-    report.line(f"decode {model.name}", f"{len(out) / elapsed:.1f} tokens/s  {text[:40]!r}")
+    speed = len(out) / elapsed
+    report.line(f"decode {model.name}", f"{speed:.1f} tokens/s  {text[:40]!r}")
+    return speed

@@ -2,29 +2,48 @@
 
 Both share one set of flags (models, runtime, drafter, sampling). ``generate --json``
 prints one JSON object as the last line of stdout: the contract other tools rely on.
+The prompt is the command's words (``edgespec generate "text"``), ``--prompt``,
+``--prompt-file`` or stdin. Drafter and γ are checked by ``decoding.choice``, the one
+check the API, the server and the app share.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import textwrap
+from pathlib import Path
 
-from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions, settings_from
+from edgespec.api import EdgeSpec, RuntimeOptions, settings_from
+from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, MAX_GAMMA, check_choice
+from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
 from edgespec.decoding.engine import GenerationSettings
 from edgespec.decoding.events import Done, Token
-from edgespec.decoding.policy import DRAFTER_CHOICES
 from edgespec.errors import EdgespecError
 
 
-def _gamma(value: str) -> int | str:
-    if value == "auto":
-        return value
-    try:
-        gamma = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"gamma must be a number or 'auto' (got {value!r})") from None
-    return gamma
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that a help text with line breaks keeps them: the
+    drafter list reads as a table, an indented row wrapping under its description."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        if "\n" not in text:
+            return super()._split_lines(text, width)
+        lines: list[str] = []
+        for line in text.splitlines():
+            name = re.match(r" +\S+ +", line)
+            hang = " " * (name.end() if name else 0)
+            lines.extend(textwrap.wrap(line, width, subsequent_indent=hang) or [""])
+        return lines
+
+
+def _drafter_help() -> str:
+    width = max(len(name) for name in CHOICES)
+    rows = "\n".join(f"  {name:<{width}}  {CHOICE_HELP[name]}" for name in CHOICES)
+    # argparse fills help texts in with "%": a description's own "%" must stay one.
+    return f"who drafts (default: {DEFAULT_DRAFTER}):\n{rows}".replace("%", "%%")
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -50,9 +69,11 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     spec = parser.add_argument_group("speculation")
-    spec.add_argument("--drafter", choices=DRAFTER_CHOICES, default="auto",
-                      help="who drafts: draft model, n-gram lookup, nobody (target only), auto")  # fmt: skip
-    spec.add_argument("--gamma", type=_gamma, default="auto", help="tokens drafted per step, or 'auto'")
+    # Plain strings here: decoding.choice checks them, with the same words as the server.
+    spec.add_argument("--drafter", default=DEFAULT_DRAFTER, metavar="NAME", help=_drafter_help())
+    spec.add_argument("--gamma", default=DEFAULT_GAMMA, metavar="N",
+                      help=f"tokens drafted per step: 'auto' (default: the controller picks per step) "
+                      f"or 0..{MAX_GAMMA}")  # fmt: skip
     spec.add_argument("--verify", choices=("token", "block"), default="token",
                       help="acceptance rule when sampling (block: Sun et al. 2024)")  # fmt: skip
     spec.add_argument("--lenience", type=float, default=1.0,
@@ -67,12 +88,45 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     sampling.add_argument(
         "--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)"
     )
+    shaping = parser.add_argument_group("penalties, structured output, log-probabilities")
+    shaping.add_argument("--presence-penalty", type=float, default=0.0, help="in [-2, 2] (default 0: off)")
+    shaping.add_argument("--frequency-penalty", type=float, default=0.0, help="in [-2, 2] (default 0: off)")
+    shaping.add_argument("--repeat-penalty", type=float, default=1.0, help="llama.cpp's (default 1: off)")
+    shaping.add_argument(
+        "--repeat-last-n", type=int, default=64, help="tokens the penalties look back (default 64)"
+    )
+    shaping.add_argument(
+        "--logit-bias",
+        action="append",
+        default=[],
+        metavar="ID=BIAS",
+        help="add BIAS (-100..100) to token ID's logit (repeatable; -100 bans it)",
+    )
+    shaping.add_argument("--json-schema", metavar="FILE", help="answer with JSON values of this JSON schema")
+    shaping.add_argument("--grammar", metavar="FILE", help="answer in this GBNF grammar (llama.cpp's format)")
+    shaping.add_argument(
+        "--logprobs",
+        type=int,
+        metavar="N",
+        help="with --json: each token's log-probability and the N most likely tokens there (0-20)",
+    )
 
 
 def add_parsers(subparsers) -> None:
-    gen = subparsers.add_parser("generate", help="generate text from a prompt, streamed to stdout")
+    gen = subparsers.add_parser(
+        "generate",
+        help="generate text from a prompt, streamed to stdout",
+        description='Generate text from a prompt: edgespec generate "text" (or --prompt TEXT, '
+        "--prompt-file FILE, or text piped on stdin).",
+        formatter_class=HelpFormatter,
+    )
+    # The words of the command are the prompt, as a newcomer first types it; --prompt
+    # stays for scripts and for prompts that start with "-".
+    gen.add_argument(
+        "words", nargs="*", metavar="PROMPT", help="prompt text (words joined by spaces; quoted: as is)"
+    )
     source = gen.add_mutually_exclusive_group()
-    source.add_argument("--prompt", help="prompt text (default: read stdin)")
+    source.add_argument("--prompt", help="prompt text (default: the PROMPT words, else stdin)")
     source.add_argument("--prompt-file", help="read the prompt from a file")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     gen.add_argument("--system", help="system message (implies --chat)")
@@ -81,14 +135,53 @@ def add_parsers(subparsers) -> None:
     add_decoding_flags(gen)
     gen.set_defaults(handler=run_generate)
 
-    chat = subparsers.add_parser("chat", help="interactive chat in the terminal")
+    chat = subparsers.add_parser(
+        "chat", help="interactive chat in the terminal", formatter_class=HelpFormatter
+    )
     chat.add_argument("--system", help="system message")
     add_model_flags(chat)
     add_decoding_flags(chat)
     chat.set_defaults(handler=run_chat)
 
 
+def _logit_bias(items: list[str]) -> dict[int, float]:
+    bias = {}
+    for item in items:
+        token, sep, value = item.partition("=")
+        try:
+            bias[int(token)] = float(value)
+        except ValueError:
+            raise EdgespecError(f"--logit-bias takes ID=BIAS, such as 1234=-100 (got {item!r})") from None
+        if not sep:
+            raise EdgespecError(f"--logit-bias takes ID=BIAS, such as 1234=-100 (got {item!r})")
+    return bias
+
+
+def _read(path: str | None, flag: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgespecError(f"{flag}: cannot read {path}: {exc}") from None
+
+
+def _schema(path: str | None) -> dict | None:
+    text = _read(path, "--json-schema")
+    if text is None:
+        return None
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise EdgespecError(f"--json-schema: {path} is not JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise EdgespecError(f"--json-schema: {path} must hold a JSON object (a schema)")
+    return schema
+
+
 def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
+    if args.logprobs is not None and not args.json:
+        raise EdgespecError("--logprobs needs --json: log-probabilities are reported in the JSON result")
     return settings_from(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -99,23 +192,39 @@ def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
         stop=args.stop,
         lenience=args.lenience,
         verify=args.verify,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        repeat_penalty=args.repeat_penalty,
+        repeat_last_n=args.repeat_last_n,
+        logit_bias=_logit_bias(args.logit_bias),
+        json_schema=_schema(args.json_schema),
+        grammar=_read(args.grammar, "--grammar"),
+        logprobs=args.logprobs,
     )
 
 
+def _loads_draft(args: argparse.Namespace) -> bool:
+    """Whether the draft model is loaded: only where the drafter may use it."""
+    if args.draft in ("", "none"):
+        return False
+    return args.drafter == AUTO or (args.drafter in REGISTRY and REGISTRY[args.drafter].kind == "model")
+
+
 def check_decoding_args(args: argparse.Namespace) -> None:
-    """Reject bad values before loading gigabytes of model."""
+    """Reject bad values before loading gigabytes of model; ``args.drafter`` and
+    ``args.gamma`` become the checked values (γ an int unless 'auto')."""
     settings_from_args(args)
-    if isinstance(args.gamma, int) and args.gamma < 0:
-        raise EdgespecError(f"gamma must be >= 0 (got {args.gamma})")
-    if isinstance(args.gamma, int) and args.gamma >= args.ctx:
-        raise EdgespecError(f"gamma {args.gamma} does not fit in a context of {args.ctx} tokens")
     if args.ctx < 16:
         raise EdgespecError(f"context length must be at least 16 tokens (got {args.ctx})")
+    args.drafter, args.gamma = check_choice(args.drafter, args.gamma, has_draft=_loads_draft(args))
+    # A draft must leave room in the context for the token after it.
+    if isinstance(args.gamma, int) and args.gamma >= args.ctx:
+        raise EdgespecError(f"gamma {args.gamma} does not fit in a context of {args.ctx} tokens")
     if args.threads is not None and args.threads < 1:
         raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
 
 
-def runtime_options(args: argparse.Namespace, max_gamma: int = DEFAULT_MAX_GAMMA) -> RuntimeOptions:
+def runtime_options(args: argparse.Namespace, max_gamma: int = MAX_GAMMA) -> RuntimeOptions:
     """The runtime the model flags (``add_model_flags``) ask for."""
     return RuntimeOptions(
         n_ctx=args.ctx,
@@ -129,13 +238,22 @@ def runtime_options(args: argparse.Namespace, max_gamma: int = DEFAULT_MAX_GAMMA
 
 
 def load(args: argparse.Namespace) -> EdgeSpec:
-    max_gamma = args.gamma if isinstance(args.gamma, int) and args.gamma > 0 else DEFAULT_MAX_GAMMA
-    needs_draft = args.drafter in ("model", "auto") and args.draft not in ("", "none")
-    return EdgeSpec(args.target, args.draft if needs_draft else None, runtime_options(args, max_gamma))
+    # A fixed γ bounds every verification: the logits buffer is sized to it.
+    max_gamma = args.gamma if isinstance(args.gamma, int) and args.gamma > 0 else MAX_GAMMA
+    draft = args.draft if _loads_draft(args) else None
+    return EdgeSpec(args.target, draft, runtime_options(args, max_gamma))
 
 
 def read_prompt(args: argparse.Namespace) -> str:
-    if args.prompt is not None:
+    if args.words and (args.prompt is not None or args.prompt_file):
+        flag = "--prompt" if args.prompt is not None else "--prompt-file"
+        raise EdgespecError(
+            f"two prompts: {' '.join(args.words)!r} and {flag}; give one "
+            f"(edgespec generate 'text', or --prompt 'text')"
+        )
+    if args.words:
+        text = " ".join(args.words)
+    elif args.prompt is not None:
         text = args.prompt
     elif args.prompt_file:
         try:
@@ -146,7 +264,9 @@ def read_prompt(args: argparse.Namespace) -> str:
         except (OSError, UnicodeDecodeError) as exc:
             raise EdgespecError(f"cannot read prompt file {args.prompt_file}: {exc}") from None
     elif sys.stdin.isatty():
-        raise EdgespecError("no prompt: give --prompt TEXT, --prompt-file FILE, or pipe text on stdin")
+        raise EdgespecError(
+            "no prompt: give it as edgespec generate 'text', --prompt-file FILE, or pipe text on stdin"
+        )
     else:
         text = sys.stdin.read()
     if not text.strip():
@@ -161,15 +281,21 @@ def run_generate(args: argparse.Namespace) -> int:
     chat = args.chat or bool(args.system)
     tokens = lm.prompt_tokens(prompt, chat=chat, system=args.system)
     done = None
+    scored: list[dict] = []
     for event in lm.stream(tokens, settings_from_args(args), drafter=args.drafter, gamma=args.gamma):
         if isinstance(event, Token) and not args.json:
             sys.stdout.write(event.text)
             sys.stdout.flush()
+        elif isinstance(event, Token) and event.logprob is not None:
+            scored.append({"token": event.token, "logprob": event.logprob, "top": event.top_logprobs})
         elif isinstance(event, Done):
             done = event
     assert done is not None
     if args.json:
-        print(json.dumps(done.as_dict(), ensure_ascii=False))
+        result = done.as_dict()
+        if args.logprobs is not None:
+            result["logprobs"] = scored
+        print(json.dumps(result, ensure_ascii=False))
     else:
         sys.stdout.write(done.tail + "\n")
         print(summary_line(done), file=sys.stderr)
@@ -177,12 +303,20 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def summary_line(done: Done) -> str:
+    """One line of figures; "—" where a figure has nothing to stand on (τ of an answer
+    that ended at its first token: no target pass followed it)."""
     s = done.stats
+    decode = f"{s.decode_tokens_per_second:.1f}" if s.decode_tokens_per_second > 0 else "—"
+    tau = f"{s.tau:.2f}" if s.target_passes else "—"
+    drafted = (
+        f"accepted {s.accepted}/{s.drafted} ({100 * s.acceptance_rate:.0f}%)"
+        if s.drafted
+        else "nothing drafted"
+    )
     return (
         # One "tok/s" for both figures: scripts and tests count answers by it.
-        f"[{s.tokens} tokens, decode {s.decode_tokens_per_second:.1f} / "
-        f"end-to-end {s.tokens_per_second:.1f} tok/s, τ {s.tau:.2f}, "
-        f"accepted {s.accepted}/{s.drafted} ({100 * s.acceptance_rate:.0f}%), "
+        f"[{s.tokens} token{'' if s.tokens == 1 else 's'}, decode {decode} / "
+        f"end-to-end {s.tokens_per_second:.1f} tok/s, τ {tau}, {drafted}, "
         f"ttft {s.ttft_s:.2f} s, stop: {done.stop_reason}]"
     )
 

@@ -40,7 +40,7 @@ from edgespec.progress import count_bar
 from edgespec.runtime.model import Model
 from edgespec.runtime.system import build_fingerprint, cpu_flags, cpu_model, isa_of_interest
 
-PROFILE_VERSION = 4  # 4: each size timed after two single-token passes (3: after a 4-token one)
+PROFILE_VERSION = 4  # the layout and method of the profile on disk: another version is measured again
 _EMA = 0.3  # weight of a new measurement
 _LEVEL_SHARE = 0.3  # of a multi-token pass's surprise, the part blamed on the machine's speed
 _MULTI_SHARE = 0.4  # ... and the part shared by every multi-token size (the rest is its own)
@@ -221,10 +221,6 @@ class CostModel:
     measured_at: float = field(default_factory=time.time)
     provisional: bool = False  # measured on a busy machine, or disturbed twice: re-measured at the next load
     facts: dict[str, str] = field(default_factory=dict)  # what the profile is keyed by
-    # Learned while generating, not measured with the profile: what the first and the second
-    # single-token pass after a multi-token one cost beyond a single-token pass (the
-    # controller's; kept here so that it carries from one answer to the next)
-    return_excess: list[float] = field(default_factory=lambda: [0.0, 0.0])
 
     @classmethod
     def empty(cls, k_max: int) -> CostModel:

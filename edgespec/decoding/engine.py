@@ -9,6 +9,7 @@ when every draft was accepted), and both caches are rolled back to the committed
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,16 +19,11 @@ from difflib import SequenceMatcher
 import numpy as np
 
 from edgespec.decoding import acceptance
-from edgespec.decoding.drafters import (
-    CopyDrafter,
-    Draft,
-    Drafter,
-    DraftRequest,
-    ModelDrafter,
-    NgramDrafter,
-    ReflowDrafter,
-)
-from edgespec.decoding.events import BONUS, DRAFT, TARGET, Done, Event, Stats, Step, Token
+from edgespec.decoding.constrained import Constraint
+from edgespec.decoding.drafters import LOOKUP_DRAFTERS, Draft, Drafter, DraftRequest, ModelDrafter, registry
+from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
+from edgespec.decoding.grammar import GrammarSpec
+from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
 from edgespec.decoding.policy import LINE_BREAK, UNIT_END, FixedPolicy, Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.sampling import SamplingParams, probabilities, sample
 from edgespec.decoding.textstream import TextStream
@@ -35,6 +31,7 @@ from edgespec.errors import EdgespecError
 from edgespec.runtime.model import DecodeAborted, Model
 
 VERIFY_MODES = ("token", "block")
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
 
 
 @dataclass
@@ -54,9 +51,19 @@ class GenerationSettings:
     # The answer the client expects (OpenAI's Predicted Outputs), as target token ids: a
     # source the copy drafters propose from. It never changes what the answer is.
     prediction: tuple[int, ...] = ()
+    # Penalties and biases on the target's distribution (and the draft model's, alike).
+    penalties: Penalties = field(default_factory=Penalties)
+    # Log-probabilities on every Token: None for none, else how many of the most likely
+    # tokens to report beside the chosen one (0-20).
+    logprobs: int | None = None
+    # A grammar every token must follow (a JSON schema's, or GBNF): see decoding.constrained.
+    grammar: GrammarSpec | None = None
 
     def validate(self) -> None:
         self.sampling.validate()
+        self.penalties.validate()
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise EdgespecError(f"top logprobs must be from 0 to {MAX_TOP_LOGPROBS} (got {self.logprobs})")
         if self.max_tokens < 1:
             raise EdgespecError(f"max tokens must be at least 1 (got {self.max_tokens})")
         if not 0 < self.lenience <= 1:
@@ -89,13 +96,7 @@ class Engine:
         # from) is read off this clock: a replay on a cost curve this machine does not
         # have (edgespec.bench.replay) hands in a virtual one.
         self.clock = clock
-        self.drafters: dict[str, Drafter] = {
-            "ngram": NgramDrafter(),
-            "reflow": ReflowDrafter(target),
-            "copy": CopyDrafter(),
-        }
-        if draft is not None:
-            self.drafters["model"] = ModelDrafter(draft, target.n_vocab)
+        self.drafters: dict[str, Drafter] = registry.build(target, draft)
         for drafter in self.drafters.values():
             drafter.clock = clock
         self.cancel = threading.Event()
@@ -139,6 +140,7 @@ class Engine:
             )
         policy = policy or FixedPolicy("none", 0)
         policy.check(self.drafters.keys(), self.max_gamma)
+        policy.begin()
         self.cancel.clear()
         rng = np.random.default_rng(settings.seed)
         params = settings.sampling
@@ -159,10 +161,20 @@ class Engine:
             yield Done(text="", tail="", stop_reason="cancelled", stats=stats)
             return
         stats.prefill_s = self.clock() - started
-        first = int(np.argmax(logits[0])) if params.greedy else sample(probabilities(logits[0], params), rng)
+        if settings.penalties.active:
+            logits = transform_rows(logits, settings.penalties, prompt, [])
+        constraint = Constraint(target, settings.grammar) if settings.grammar is not None else None
+        if constraint is not None:
+            first = constraint.choose(logits[0], params, rng)
+            constraint.commit([first])
+        elif params.greedy:
+            first = int(np.argmax(logits[0]))
+        else:
+            first = sample(probabilities(logits[0], params), rng)
         stop_reason = ""
         committed = list(prompt)
-        for event in self._emit([first], [TARGET], committed, generated, text, settings):
+        scores = self._logprobs(logits, [first], settings.logprobs)
+        for event in self._emit([first], [PLAIN], committed, generated, text, settings, scores):
             if isinstance(event, str):
                 stop_reason = event
             else:
@@ -182,17 +194,21 @@ class Engine:
             budget = min(room, settings.max_tokens - len(generated) - 1, self.max_gamma)
             step_started = self.clock()
             remaining = settings.max_tokens - len(generated)
+            gathered: dict[str, tuple[list[int], int, int]] = {}
             view = StepView(
                 committed,
                 max(budget, 0),
                 params,
-                self.drafters,
                 remaining,
                 self._boundaries,
+                lookup=self._lookup_once(committed, gathered),
+                draft_catch_up=self._catch_up_of(committed),
             )
             plan = policy.plan(view)
             try:
-                step_tokens, sources, step, draft = self._step(committed, plan, settings, rng)
+                step_tokens, sources, step, draft, scores = self._step(
+                    committed, plan, settings, rng, gathered, constraint
+                )
             except DecodeAborted:
                 stop_reason = "cancelled"
                 break
@@ -214,7 +230,7 @@ class Engine:
             stats.draft_s += step.draft_s
             stats.verify_s += step.verify_s
             yield step
-            for event in self._emit(step_tokens, sources, committed, generated, text, settings):
+            for event in self._emit(step_tokens, sources, committed, generated, text, settings, scores):
                 if isinstance(event, str):
                     stop_reason = event
                 else:
@@ -227,35 +243,138 @@ class Engine:
         stats.wall_s = self.clock() - started
         yield Done(text=text.text, tail=tail, token_ids=generated, stop_reason=stop_reason, stats=stats)
 
+    def _lookup_once(
+        self, committed: list[int], gathered: dict[str, tuple[list[int], int, int]]
+    ) -> Callable[[str, int], tuple[list[int], int]]:
+        """A step's lookup proposals, each computed at most once (and kept in ``gathered``
+        for the step to draft from), only for a policy that asks."""
+
+        def lookup(name: str, max_tokens: int) -> tuple[list[int], int]:
+            found = gathered.get(name)
+            if found is None or found[2] < max_tokens:
+                if name not in LOOKUP_DRAFTERS or name not in self.drafters:
+                    return [], 0
+                tokens, n = self.drafters[name].lookup(committed, max_tokens)  # type: ignore[attr-defined]
+                found = gathered[name] = (tokens, n, max_tokens)
+            return found[0][:max_tokens], found[1]
+
+        return lookup
+
+    def _catch_up_of(self, committed: list[int]) -> Callable[[], int]:
+        drafter = self.drafters.get("model")
+        if not isinstance(drafter, ModelDrafter):
+            return lambda: 0
+        return lambda: drafter.catch_up_cost_tokens(committed)
+
+    def _draft(
+        self,
+        committed: list[int],
+        plan: Plan,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        gathered: dict[str, tuple[list[int], int, int]],
+        penalties: Penalties,
+    ) -> Draft:
+        """The planned draft: a lookup's proposal gathered for the policy, or the drafter
+        asked now."""
+        found = gathered.get(plan.drafter)
+        if found is not None and found[2] >= plan.gamma:
+            tokens = found[0][: plan.gamma]
+            if plan.keep_going is not None:
+                kept = 0
+                while kept < len(tokens) and plan.keep_going(kept, 1.0):
+                    kept += 1
+                tokens = tokens[:kept]
+            return Draft(tokens=list(tokens), confidences=[1.0] * len(tokens), match_len=found[1])
+        wants_confidence = plan.wants_confidence or plan.keep_going is not None
+        request = DraftRequest(
+            plan.gamma,
+            params,
+            rng,
+            plan.keep_going,
+            wants_confidence,
+            self._draft_transform(committed, penalties),
+        )
+        return self.drafters[plan.drafter].propose(committed, request)
+
+    @staticmethod
+    def _draft_transform(
+        committed: list[int], penalties: Penalties
+    ) -> Callable[[np.ndarray, list[int]], np.ndarray] | None:
+        """The penalties on the draft model's rows, each with its own history (the
+        committed text and the tokens drafted before it)."""
+        if not penalties.active:
+            return None
+        window = Window(committed, penalties.last_n)
+        pushed = 0
+
+        def apply(row: np.ndarray, drafted: list[int]) -> np.ndarray:
+            nonlocal pushed
+            for token in drafted[pushed:]:
+                window.push(token)
+            pushed = len(drafted)
+            return transform_row(row, penalties, window.counts)
+
+        return apply
+
+    @staticmethod
+    def _logprobs(
+        rows: np.ndarray, tokens: list[int], top_n: int | None
+    ) -> list[tuple[float, tuple[tuple[int, float], ...]]] | None:
+        """Each token's log-probability under its row (the target's distribution at its
+        position, penalties applied), and the ``top_n`` most likely tokens there."""
+        if top_n is None:
+            return None
+        scores = []
+        for row, token in zip(rows, tokens, strict=False):
+            top = float(row.max())
+            log_total = top + math.log(float(np.sum(np.exp(row - top), dtype=np.float64)))
+            best: tuple[tuple[int, float], ...] = ()
+            if top_n:
+                ids = np.argpartition(row, -top_n)[-top_n:]
+                ids = ids[np.argsort(-row[ids], kind="stable")]
+                best = tuple((int(i), float(row[i]) - log_total) for i in ids)
+            scores.append((float(row[token]) - log_total, best))
+        return scores
+
     def _step(
         self,
         committed: list[int],
         plan: Plan,
         settings: GenerationSettings,
         rng: np.random.Generator,
-    ) -> tuple[list[int], list[str], Step, Draft]:
+        gathered: dict[str, tuple[list[int], int, int]],
+        constraint: Constraint | None,
+    ) -> tuple[list[int], list[str], Step, Draft, list | None]:
         target = self.target
         params = settings.sampling
         draft = Draft(tokens=[])
         if plan.gamma > 0 and plan.drafter != "none":
-            wants_confidence = plan.wants_confidence or plan.keep_going is not None
-            request = DraftRequest(plan.gamma, params, rng, plan.keep_going, wants_confidence)
-            draft = self.drafters[plan.drafter].propose(committed, request)
+            draft = self._draft(committed, plan, params, rng, gathered, settings.penalties)
             # A draft that ends the answer ends the draft: tokens after it could only be
             # verified for nothing, and would count as accepted drafts that never appear.
             end = next((i + 1 for i, token in enumerate(draft.tokens) if target.is_eog(token)), None)
             if end is not None:
                 draft.truncate(end)
+            if constraint is not None:  # nor is a row spent on a token the grammar forbids
+                draft.truncate(constraint.allowed_prefix(draft.tokens))
         gamma = len(draft.tokens)
 
         target.mark()
         verify_start = self.clock()
         logits = target.decode([committed[-1], *draft.tokens], gamma + 1)
         verify_s = self.clock() - verify_start
+        if settings.penalties.active:
+            logits = transform_rows(logits, settings.penalties, committed, draft.tokens)
+        scores_of = logits  # log-probabilities are the target's own, before any grammar
 
-        if params.greedy:
+        if constraint is not None and params.greedy:
+            verdict = acceptance.Verdict(*constraint.verify_greedy(draft.tokens, logits))
+        elif params.greedy:
             verdict = acceptance.verify_greedy(draft.tokens, np.argmax(logits, axis=1))
         else:
+            if constraint is not None:
+                logits = constraint.mask_rows(draft.tokens, logits)
             p = probabilities(logits, params)
             if settings.verify == "block" and settings.lenience == 1.0:
                 verdict = acceptance.verify_block(draft.tokens, draft.q, p, rng)
@@ -265,7 +384,10 @@ class Engine:
         target.keep(len(committed) + accepted)
 
         tokens = [*draft.tokens[:accepted], verdict.next_token]
-        sources = [DRAFT] * accepted + [BONUS if accepted == gamma and gamma > 0 else TARGET]
+        if constraint is not None:
+            constraint.commit(tokens)
+        last = PLAIN if gamma == 0 else BONUS if accepted == gamma else TARGET
+        sources = [DRAFT] * accepted + [last]
         step = Step(
             drafter=plan.drafter if gamma else "none",
             gamma=gamma,
@@ -275,7 +397,7 @@ class Engine:
             planned_gamma=plan.gamma,
             reason=plan.reason,
         )
-        return tokens, sources, step, draft
+        return tokens, sources, step, draft, self._logprobs(scores_of, tokens, settings.logprobs)
 
     def _emit(
         self,
@@ -285,16 +407,21 @@ class Engine:
         generated: list[int],
         text: TextStream,
         settings: GenerationSettings,
+        scores: list[tuple[float, tuple[tuple[int, float], ...]]] | None = None,
     ) -> Iterator[Token | str]:
         """Commit tokens one by one, yielding Token events; a str item is a stop reason
         (the tokens after it are dropped)."""
-        for token, source in zip(tokens, sources, strict=True):
+        for i, (token, source) in enumerate(zip(tokens, sources, strict=True)):
             if self.target.is_eog(token):
                 yield "eos"
                 return
             committed.append(token)
             generated.append(token)
-            yield Token(token=token, text=text.push(token), source=source)
+            if scores is None:
+                yield Token(token=token, text=text.push(token), source=source)
+            else:
+                logprob, best = scores[i]
+                yield Token(token, text.push(token), source, logprob, best)
             if text.stopped:
                 yield "stop_string"
                 return

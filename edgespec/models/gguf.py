@@ -33,6 +33,7 @@ _TYPE_SIZES: dict[int, tuple[int, int]] = {
 # metadata value type id -> struct format of a scalar
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
 
 
 @dataclass
@@ -65,6 +66,20 @@ class _Reader:
         start = self.skip(n)
         return bytes(self.buf[start : start + n]).decode("utf-8", errors="replace")
 
+    def skip_strings(self, count: int, offsets: list[int] | None = None) -> None:
+        """Step over ``count`` strings (tokenizer arrays hold 150k or more), noting where
+        each starts in ``offsets`` when given: one tight loop, no call per string."""
+        buf, pos, end, length = self.buf, self.pos, len(self.buf), _U64.unpack_from
+        for i in range(count):
+            if offsets is not None:
+                offsets[i] = pos
+            if pos + 8 > end:
+                raise EdgespecError(f"{self.path}: truncated GGUF file (header ends early)")
+            pos += 8 + length(buf, pos)[0]
+        if pos > end:
+            raise EdgespecError(f"{self.path}: truncated GGUF file (header ends early)")
+        self.pos = pos
+
     def value(self, vtype: int, keep: bool):
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype])
@@ -77,6 +92,9 @@ class _Reader:
                 fmt = "<" + _SCALARS[item_type] * count
                 start = self.skip(struct.calcsize(fmt))
                 return list(struct.unpack_from(fmt, self.buf, start)) if keep else count
+            if item_type == _STRING and not keep:
+                self.skip_strings(count)
+                return count
             items = [self.value(item_type, keep) for _ in range(count)]
             return items if keep else count
         raise EdgespecError(f"{self.path}: not a valid GGUF file (unknown value type {vtype})")
@@ -132,3 +150,47 @@ def _parse(reader: _Reader, size: int, path: Path) -> GGUFInfo:
     elif data_start > size:
         raise EdgespecError(f"{path}: truncated GGUF file (ends inside the header)")
     return info
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """A GGUF's token texts as stored: ``raw`` holds every (length, bytes) entry of
+    ``tokenizer.ggml.tokens`` back to back and ``offsets[i]`` is where entry i starts
+    (``offsets[-1]`` is the end). Two models give the same text for ids a..b exactly when
+    ``raw[offsets[a]:offsets[b]]`` are equal, which compares 150k tokens in one step."""
+
+    raw: bytes
+    offsets: list[int]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def span(self, start: int, stop: int) -> bytes:
+        return self.raw[self.offsets[start] : self.offsets[stop]]
+
+    def text(self, token: int) -> str:
+        return self.raw[self.offsets[token] + 8 : self.offsets[token + 1]].decode("utf-8", errors="replace")
+
+
+def read_token_table(path: Path) -> TokenTable:
+    """The token texts of a GGUF (empty when it has none); one line for a bad file."""
+    read_info(path)  # the same one-line errors for a missing, foreign or truncated file
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        reader = _Reader(buf, path)
+        reader.skip(8)
+        reader.skip(16)  # tensor count, metadata count
+        n_kv = struct.unpack_from("<Q", buf, 16)[0]
+        for _ in range(n_kv):
+            key = reader.string()
+            vtype = reader.unpack("I")
+            if key == "tokenizer.ggml.tokens" and vtype == _ARRAY:
+                item_type, count = reader.unpack("I"), reader.unpack("Q")
+                if item_type != _STRING:
+                    break
+                start = reader.pos
+                offsets = [0] * (count + 1)
+                reader.skip_strings(count, offsets)
+                offsets[count] = reader.pos
+                return TokenTable(raw=bytes(buf[start : reader.pos]), offsets=[o - start for o in offsets])
+            reader.value(vtype, keep=False)
+    return TokenTable(raw=b"", offsets=[0])

@@ -2,10 +2,13 @@
 
 Layout::
 
-    $EDGESPEC_HOME/models/NAME.gguf        a verified model file
-    $EDGESPEC_HOME/models/NAME.gguf.json   its stamp: sha256, source, size, mtime
+    $EDGESPEC_HOME/models/NAME.gguf        a verified catalog model
+    $EDGESPEC_HOME/models/NAME-00001-of-0000N.gguf …   the parts of a split one
+    $EDGESPEC_HOME/models/*.gguf.json      each file's stamp: sha256, source, size, mtime
+    $EDGESPEC_HOME/hub/OWNER/REPO/FILE     a verified file named by a hub reference
     $EDGESPEC_HOME/tmp/                    work in progress (same filesystem, so the
-                                           final rename is atomic)
+                                           final rename is atomic); tmp/hub/ is the
+                                           hub client's working folder
 
 A file reaches its final name only by ``install``, after its checksum matched, so an
 interrupted pull never leaves something that looks complete. The stamp lets later uses
@@ -16,6 +19,7 @@ always re-hashes.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -26,6 +30,7 @@ from pathlib import Path
 
 from edgespec.errors import EdgespecError
 from edgespec.models.catalog import CatalogModel
+from edgespec.models.hubref import part_name, split_info, split_parts
 
 _HASH_BLOCK = 4 << 20
 
@@ -46,7 +51,46 @@ def scratch_dir() -> Path:
 
 
 def model_file(name: str) -> Path:
-    return models_dir() / f"{name}.gguf"
+    """The file llama.cpp opens for catalog model ``name``: NAME.gguf, or the first part
+    of a cached split copy."""
+    single = models_dir() / f"{name}.gguf"
+    if single.exists():
+        return single
+    parts = sorted(models_dir().glob(f"{glob.escape(name)}-00001-of-[0-9][0-9][0-9][0-9][0-9].gguf"))
+    return parts[0] if parts else single
+
+
+def model_files(model: CatalogModel) -> list[Path]:
+    """Every file of the cached copy of ``model`` (several for a split hub copy)."""
+    first = model_file(model.name)
+    if split_info(first.name) is None:
+        return [first]
+    return [first.with_name(Path(p).name) for p in split_parts(first.name)]
+
+
+def catalog_part_file(model: CatalogModel, hub_file: str) -> Path:
+    """Where part ``hub_file`` of a split hub source of ``model`` is cached: named so that
+    llama.cpp finds the parts beside the first."""
+    info = split_info(hub_file)
+    if info is None:
+        return models_dir() / f"{model.name}.gguf"
+    _, number, count = info
+    return models_dir() / part_name(model.name, number, count)
+
+
+def hub_dir() -> Path:
+    return home() / "hub"
+
+
+def hub_file(repo: str, path: str) -> Path:
+    """Where file ``path`` of hub repository ``repo`` is cached once verified."""
+    return hub_dir().joinpath(*repo.split("/"), *path.split("/"))
+
+
+def hub_download_dir(repo: str) -> Path:
+    """The hub client's working folder for ``repo`` (its partial files, metadata and
+    locks), on the cache's filesystem so a finished file moves into place by a rename."""
+    return home().joinpath("tmp", "hub", *repo.split("/"))
 
 
 def _stamp_file(path: Path) -> Path:
@@ -115,11 +159,25 @@ def trusted_checksums(model: CatalogModel, stamp: Stamp | None) -> set[str]:
     return sums
 
 
+def stamped(path: Path) -> Stamp | None:
+    """The stamp of ``path`` when the file is there and unchanged since it was stamped."""
+    if not path.is_file():
+        return None
+    stamp = read_stamp(path)
+    return stamp if stamp and stamp.matches(path) else None
+
+
 def cached(model: CatalogModel) -> Path | None:
-    """The cached file of ``model`` if it is there and known good, else None.
+    """The cached file of ``model`` (the first part of a split copy) if it is there and
+    known good, else None.
 
     Trusts an unchanged stamp; re-hashes (and re-stamps) a file that lost its stamp."""
-    path = model_file(model.name)
+    files = model_files(model)
+    if len(files) > 1:
+        # The parts of a hub copy carry the hub's LFS checksums, checked at download.
+        ok = all((st := stamped(p)) and st.source == "hub" for p in files)
+        return files[0] if ok and model.hub and not model.hub.sha256 else None
+    path = files[0]
     if not path.is_file():
         return None
     stamp = read_stamp(path)
@@ -134,7 +192,10 @@ def cached(model: CatalogModel) -> Path | None:
 
 def verify(model: CatalogModel, on_bytes: Callable[[int], None] | None = None) -> str:
     """Re-hash the cached copy. Returns "ok", "missing" or a one-line problem."""
-    path = model_file(model.name)
+    files = model_files(model)
+    if len(files) > 1:
+        return _verify_parts(files, on_bytes)
+    path = files[0]
     if not path.is_file():
         return "missing"
     stamp = read_stamp(path)
@@ -146,10 +207,42 @@ def verify(model: CatalogModel, on_bytes: Callable[[int], None] | None = None) -
     return f"checksum mismatch (got {sha[:12]}…, size {path.stat().st_size:,} bytes)"
 
 
+def _verify_parts(files: list[Path], on_bytes: Callable[[int], None] | None) -> str:
+    for path in files:
+        if not path.is_file():
+            return f"part {path.name} is missing"
+        stamp = read_stamp(path)
+        sha = sha256_file(path, on_bytes)
+        if not stamp or stamp.sha256 != sha:
+            return f"checksum mismatch in {path.name} (got {sha[:12]}…)"
+        if not stamp.matches(path):
+            write_stamp(path, sha, stamp.source)
+    return "ok"
+
+
+def verify_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> str:
+    """Re-hash one stamped file (a hub reference's) against its stamp."""
+    if not path.is_file():
+        return "missing"
+    stamp = read_stamp(path)
+    sha = sha256_file(path, on_bytes)
+    if stamp is None:
+        return "no checksum recorded"
+    if stamp.sha256 != sha:
+        return f"checksum mismatch (got {sha[:12]}…, expected {stamp.sha256[:12]}…)"
+    if not stamp.matches(path):
+        write_stamp(path, sha, stamp.source)
+    return "ok"
+
+
 def install(tmp_file: Path, model: CatalogModel, sha256: str, source: str) -> Path:
+    """Move a verified file of ``model`` to its final name (NAME.gguf)."""
+    return install_file(tmp_file, models_dir() / f"{model.name}.gguf", sha256, source)
+
+
+def install_file(tmp_file: Path, final: Path, sha256: str, source: str) -> Path:
     """Move a verified file to its final name; the stamp goes first so that the final
     name never appears without one."""
-    final = model_file(model.name)
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():
         final.unlink()

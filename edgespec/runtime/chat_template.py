@@ -1,12 +1,26 @@
 """Chat messages to prompt tokens, with the chat template embedded in the GGUF.
 
 Templates are Jinja2 (the Hugging Face convention) and are rendered in a sandbox: a
-model file is data and must not run arbitrary code.
+model file is data and must not run arbitrary code. The environment offers what the
+main families' templates use (Llama 3.x, Mistral, Qwen2.5, Qwen3, Gemma 3): ``tojson``
+that writes plain JSON, ``raise_exception``, ``strftime_now``, ``{% break %}`` and
+``{% continue %}``; and the context they read: ``messages`` (with assistant
+``tool_calls`` and ``tool`` results), ``tools`` (an OpenAI tools list), ``bos_token``,
+``eos_token``, ``add_generation_prompt``, plus any template switch a caller passes
+(Qwen3's ``enable_thinking``).
+
+How a turn ends is the model's business, not the template's: every family's end-of-turn
+token (``<|eot_id|>``, ``<|im_end|>``, ``<end_of_turn>``, ``</s>``) is one of llama.cpp's
+end-of-generation tokens (``Model.is_eog``), where generation stops.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from functools import lru_cache
+from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -21,43 +35,171 @@ CHATML = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 
 
 def _raise(message: str) -> None:
     raise TemplateError(message)
 
 
+def _tojson(
+    value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys=False
+):
+    """Plain JSON, as the templates expect (Jinja's own filter escapes <, > and & for HTML)."""
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
 @lru_cache(maxsize=8)
 def _compile(source: str):
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = _strftime_now
     return env.from_string(source)
 
 
-def render(model: Model, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+def _text(content: Any, role: str) -> str:
+    """A message's content as text: a string, nothing (an assistant turn that only calls
+    tools), or OpenAI's list of text parts."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if isinstance(content, Sequence) and all(
+        isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise EdgespecError(f"a {role} message's content must be text (a string or a list of text parts)")
+
+
+def _arguments(value: Any) -> Any:
+    """Tool-call arguments as the templates expect them: an object, not OpenAI's JSON
+    string (a string that is not a JSON object is passed on as it is)."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        return parsed if isinstance(parsed, dict) else value
+    return value
+
+
+def _tool_call(call: Any) -> dict[str, Any]:
+    if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+        raise EdgespecError("each tool call needs a function with a name and arguments")
+    function = dict(call["function"])
+    if not isinstance(function.get("name"), str) or not function["name"]:
+        raise EdgespecError("each tool call needs a function name")
+    function["arguments"] = _arguments(function.get("arguments", {}))
+    return {**call, "type": call.get("type", "function"), "function": function}
+
+
+def normalise_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Check chat messages and bring them to the shape templates read; one line for
+    anything a template could not render."""
+    out = []
     for message in messages:
-        if message.get("role") not in ROLES or not isinstance(message.get("content"), str):
-            raise EdgespecError("each chat message needs a role (system, user, assistant) and text content")
-    source = model.metadata("tokenizer.chat_template") or CHATML
-    bos = model.token_text(model.bos) if model.bos >= 0 else ""
-    eos = model.token_text(model.eos) if model.eos >= 0 else ""
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role not in ROLES:
+            raise EdgespecError(
+                "each chat message needs a role (system, user, assistant, tool) and text content"
+            )
+        item = dict(message)
+        calls = item.get("tool_calls")
+        if calls is not None:
+            if role != "assistant" or not isinstance(calls, Sequence) or isinstance(calls, str):
+                raise EdgespecError("only an assistant message can carry tool_calls, as a list")
+            item["tool_calls"] = [_tool_call(c) for c in calls]
+            if not item["tool_calls"]:
+                del item["tool_calls"]
+        if item.get("content") is None and role not in ("assistant",):
+            raise EdgespecError(f"a {role} message needs text content")
+        item["content"] = _text(item.get("content"), role)
+        for key in ("tool_call_id", "name"):
+            if key in item and not isinstance(item[key], str):
+                raise EdgespecError(f"a message's {key} must be a string")
+        out.append(item)
+    return out
+
+
+def _check_tools(tools: Any) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    if (
+        not isinstance(tools, Sequence)
+        or isinstance(tools, str)
+        or not all(isinstance(t, Mapping) for t in tools)
+    ):
+        raise EdgespecError("tools must be a list of tool definitions (objects)")
+    return [dict(t) for t in tools] or None
+
+
+def render_template(
+    source: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    **template_kwargs: Any,
+) -> str:
+    """Render a chat template's ``source``; ``template_kwargs`` are switches the template
+    reads (``enable_thinking=False`` for Qwen3)."""
+    context = {
+        **template_kwargs,
+        "messages": normalise_messages(messages),
+        "add_generation_prompt": add_generation_prompt,
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+    }
+    checked = _check_tools(tools)
+    if checked is not None:
+        context["tools"] = checked
     try:
-        return _compile(source).render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=bos,
-            eos_token=eos,
-        )
-    except TemplateError as exc:
+        return _compile(source).render(**context)
+    except (TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
         raise EdgespecError(f"the model's chat template failed: {exc}") from None
 
 
-def chat_tokens(model: Model, messages: list[dict[str, str]]) -> list[int]:
+def render(
+    model: Model,
+    messages: Sequence[Mapping[str, Any]],
+    add_generation_prompt: bool = True,
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    **template_kwargs: Any,
+) -> str:
+    source = model.metadata("tokenizer.chat_template") or CHATML
+    return render_template(
+        source,
+        messages,
+        add_generation_prompt=add_generation_prompt,
+        bos_token=model.token_text(model.bos) if model.bos >= 0 else "",
+        eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
+        tools=tools,
+        **template_kwargs,
+    )
+
+
+def chat_tokens(
+    model: Model,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    **template_kwargs: Any,
+) -> list[int]:
     """Render and tokenize; special tokens in the template (<|im_start|> …) are parsed as
     such, and a BOS the template already wrote is not added twice."""
-    text = render(model, messages)
+    text = render(model, messages, tools=tools, **template_kwargs)
     bos_text = model.token_text(model.bos) if model.bos >= 0 else ""
     add_bos = model.adds_bos and not (bos_text and text.startswith(bos_text))
-    tokens = model.tokenize(text, add_special=add_bos, parse_special=True)
-    return tokens
+    return model.tokenize(text, add_special=add_bos, parse_special=True)

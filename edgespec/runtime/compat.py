@@ -1,56 +1,38 @@
 """Can this draft model speculate for this target? Decided before any generation.
 
-Speculation compares token ids, so both models must read and write text with the same
-vocabulary: same tokenizer type, same special tokens, and the same text for every id.
-A draft vocabulary may be a little smaller than the target's (Qwen2.5 7B and larger pad
-theirs to 152,064; the small ones have 151,936): the target then simply never sees a
-draft of the missing ids.
+The rule is llama.cpp's (``common_speculative_are_compatible``), kept in one place,
+``models/vocab.py``: same vocabulary type, same BOS/EOS ids and add-BOS/add-EOS flags,
+vocabulary sizes within 128 of each other (the draft not the larger), and the same text
+for every token from id 5 on.
 
-The check runs twice: on the GGUF headers before any weights are loaded (so a wrong pair
-fails in a second), and on the loaded vocabularies, comparing a sample of token texts.
+The check runs twice: on the GGUF files before any weights are loaded (so a wrong pair
+fails in a second; the token texts are compared in full there), and on the loaded
+vocabularies, comparing the facts llama.cpp reports and a sample of token texts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
 
 from edgespec.errors import EdgespecError
-from edgespec.models.gguf import GGUFInfo
+from edgespec.models.vocab import CHECK_FROM_TOKEN, VocabFacts, fact_difference, gguf_difference
 from edgespec.runtime.model import Model
 
-MAX_VOCAB_PADDING = 128
 _SAMPLE_COUNT = 512
 
 
-@dataclass(frozen=True)
-class VocabFacts:
-    tokenizer: str
-    size: int
-    bos: int
-    eos: int
-    adds_bos: bool
-
-    @classmethod
-    def from_gguf(cls, info: GGUFInfo) -> VocabFacts:
-        meta = info.metadata
-        tokens = meta.get("tokenizer.ggml.tokens", 0)
-        return cls(
-            tokenizer=str(meta.get("tokenizer.ggml.model", "?")),
-            size=tokens if isinstance(tokens, int) else len(tokens),
-            bos=int(meta.get("tokenizer.ggml.bos_token_id", -1)),
-            eos=int(meta.get("tokenizer.ggml.eos_token_id", -1)),
-            adds_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-        )
-
-    @classmethod
-    def from_model(cls, model: Model) -> VocabFacts:
-        return cls(
-            tokenizer=str(model.vocab_type),
-            size=model.n_vocab,
-            bos=model.bos,
-            eos=model.eos,
-            adds_bos=model.adds_bos,
-        )
+def loaded_facts(model: Model) -> VocabFacts:
+    """The vocabulary facts llama.cpp reports for a loaded model."""
+    return VocabFacts(
+        tokenizer=str(model.vocab_type),
+        size=model.n_vocab,
+        bos=model.bos,
+        eos=model.eos,
+        adds_bos=model.adds_bos,
+        adds_eos=bool(llama_cpp.llama_vocab_get_add_eos(model.vocab)),
+    )
 
 
 def _raise(target_name: str, draft_name: str, problem: str | None) -> None:
@@ -58,36 +40,23 @@ def _raise(target_name: str, draft_name: str, problem: str | None) -> None:
         raise EdgespecError(f"draft '{draft_name}' cannot speculate for target '{target_name}': {problem}")
 
 
-def precheck(target_name: str, target: GGUFInfo, draft_name: str, draft: GGUFInfo) -> None:
-    """Header-only check, before loading weights."""
-    _raise(
-        target_name, draft_name, fact_difference(VocabFacts.from_gguf(target), VocabFacts.from_gguf(draft))
-    )
+def precheck(target_name: str, target: Path, draft_name: str, draft: Path) -> None:
+    """File-only check, before loading weights."""
+    _raise(target_name, draft_name, gguf_difference(target, draft))
 
 
 def check_pair(target: Model, draft: Model) -> None:
     """Full check on loaded models: facts, then a sample of token texts."""
-    problem = fact_difference(VocabFacts.from_model(target), VocabFacts.from_model(draft))
+    problem = fact_difference(loaded_facts(target), loaded_facts(draft))
     _raise(target.name, draft.name, problem or text_difference(target, draft))
 
 
-def fact_difference(target: VocabFacts, draft: VocabFacts) -> str | None:
-    if target.tokenizer != draft.tokenizer:
-        return f"tokenizer types differ (target {target.tokenizer}, draft {draft.tokenizer})"
-    if draft.size > target.size or target.size - draft.size > MAX_VOCAB_PADDING:
-        return f"vocabulary sizes differ (target {target.size:,}, draft {draft.size:,} tokens)"
-    for label, a, b in (("BOS", target.bos, draft.bos), ("EOS", target.eos, draft.eos)):
-        if a != b:
-            return f"{label} token ids differ (target {a}, draft {b})"
-    if target.adds_bos != draft.adds_bos:
-        return "one model adds a BOS token to prompts and the other does not"
-    return None
-
-
 def text_difference(target: Model, draft: Model) -> str | None:
-    shared = draft.n_vocab
-    step = max(1, shared // _SAMPLE_COUNT)
-    for token in [*range(0, shared, step), shared - 1]:
+    shared = min(target.n_vocab, draft.n_vocab)
+    if shared <= CHECK_FROM_TOKEN:
+        return None
+    step = max(1, (shared - CHECK_FROM_TOKEN) // _SAMPLE_COUNT)
+    for token in [*range(CHECK_FROM_TOKEN, shared, step), shared - 1]:
         a, b = target.token_text(token), draft.token_text(token)
         if a != b:
             return f"token {token} differs (target {a!r}, draft {b!r})"

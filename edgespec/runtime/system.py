@@ -20,6 +20,9 @@ from pathlib import Path
 import llama_cpp
 
 from edgespec.bootstrap import VENV_BUILD_INFO as BUILD_RECORD  # written into the venv by `make setup`
+from edgespec.host import cpu_flags, cpuinfo_text
+
+__all__ = ["cpu_flags", "cpuinfo_text"]
 
 # The CPU features whose presence changes which llama.cpp kernels run (x86 /proc/cpuinfo
 # names, and the arm64 ones that matter to ggml).
@@ -35,23 +38,6 @@ _WIDEST_FIRST = (
     ("sve", "SVE"), ("asimd", "NEON"),
 )  # fmt: skip
 _BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*([0-9.]+)\s*MiB")
-
-
-def cpuinfo_text() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def cpu_flags(text: str | None = None) -> frozenset[str]:
-    """Every feature flag the kernel reports for the first CPU (x86 "flags", arm64
-    "Features"); empty where there is no /proc/cpuinfo (macOS)."""
-    text = cpuinfo_text() if text is None else text
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")) and ":" in line:
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
 
 
 def cpu_model(text: str | None = None) -> str:

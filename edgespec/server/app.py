@@ -148,6 +148,23 @@ def _authorize(state: ServerState, request: Request) -> None:
         )
 
 
+# Deeper than any request a client sends (a tool's JSON schema included), and far from
+# Python's recursion limit, which a template or a schema converter would otherwise hit.
+MAX_DEPTH = 64
+
+
+def _check_depth(value: object, depth: int = 0) -> None:
+    """Refuse a body nested deeper than MAX_DEPTH (as a RecursionError, like the parser)."""
+    if depth > MAX_DEPTH:
+        raise RecursionError
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_depth(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_depth(item, depth + 1)
+
+
 def _no_constants(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -168,8 +185,14 @@ async def _answer(state: ServerState, request: Request, parse) -> Response:
     raw = await request.body()
     try:
         body = json.loads(raw, parse_constant=_no_constants)
-    except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN/Infinity
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN/Infinity, a 5,000-digit number
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "the request body nests too deep to be a request") from None
+    try:
+        _check_depth(body)
+    except RecursionError:
+        raise ApiError(400, "the request body nests too deep to be a request") from None
     # Tokenizing renders the chat template: off the event loop, so other clients stay served.
     job: Job = await run_in_threadpool(parse, body, engine.lm)
     try:
@@ -219,14 +242,14 @@ async def _whole(engine: EngineQueue, ticket: Ticket, request: Request) -> JSONR
         engine.cancel(ticket)
 
     watcher = asyncio.create_task(watch())
-    speculation = chunks.Speculation()
+    answer = chunks.Answer(ticket.job, engine.lm.target.piece)
     done: Done | None = None
     try:
         async for event in _events(ticket):
-            if isinstance(event, Step):
-                speculation.add(event)
-            elif isinstance(event, Done):
+            if isinstance(event, Done):
                 done = event
+            else:
+                answer.add(event)
     except Exception as exc:
         raise _failure(exc) from None
     finally:
@@ -235,30 +258,23 @@ async def _whole(engine: EngineQueue, ticket: Ticket, request: Request) -> JSONR
             engine.cancel(ticket)
     if done is None:
         raise ApiError(500, "the generation ended without an answer", type="server_error")
-    return JSONResponse(chunks.response(ticket.job, done, speculation))
+    return JSONResponse(answer.whole(done))
 
 
 async def _stream(engine: EngineQueue, ticket: Ticket) -> AsyncIterator[str]:
     """Server-sent events; Starlette cancels this generator when the client hangs up,
     and the ``finally`` hands that on to the engine."""
     job = ticket.job
-    speculation = chunks.Speculation()
+    answer = chunks.Answer(job, engine.lm.target.piece)
     finished = False
     try:
         # The role comes first, at once: the client knows it is heard even while queued.
         if job.kind == "chat":
             yield chunks.sse(chunks.chunk(job, role=True, text=""))
         async for event in _events(ticket):
-            if isinstance(event, Token):
-                if event.text:
-                    yield chunks.sse(chunks.chunk(job, text=event.text))
-            elif isinstance(event, Step):
-                speculation.add(event)
-            elif isinstance(event, Done):
-                if event.tail:
-                    yield chunks.sse(chunks.chunk(job, text=event.tail))
-                for last in chunks.final_chunks(job, event, speculation):
-                    yield chunks.sse(last)
+            found = answer.finish(event) if isinstance(event, Done) else answer.add(event)
+            for piece in found:
+                yield chunks.sse(piece)
         finished = True
     except Exception as exc:
         # Headers are gone already: the error travels as an event, then the stream ends.

@@ -1,15 +1,53 @@
 """OpenAI-shaped response bodies and stream chunks, with edgespec's additions.
 
-Every finished answer carries OpenAI ``usage`` (predicted-output counts included), a
-llama.cpp-style ``timings`` object and a small ``speculation`` summary of which drafter
-ran with which γ. Plain OpenAI clients ignore the fields they do not know.
+Every finished answer carries OpenAI ``usage`` (predicted-output counts included) and two
+objects of edgespec's own: in a whole answer beside ``usage``, in a stream on its last
+chunk (the usage chunk when ``stream_options.include_usage`` asks for one). Plain OpenAI
+clients ignore the fields they do not know.
+
+``timings`` follows llama-server's definitions, so that tools reading llama-server's
+figures read ours alike. The first token closes the prompt phase:
+
+* ``prompt_n``: prompt tokens computed for this request; ``cache_n``: prompt tokens
+  already in the target's cache (a conversation's earlier turns), not computed again.
+* ``prompt_ms``: from the start of the request's work to its first token;
+  ``prompt_per_token_ms`` = prompt_ms / prompt_n; ``prompt_per_second`` =
+  prompt_n / prompt_ms × 1000.
+* ``predicted_n``: tokens generated, the first included; ``predicted_ms``: from the first
+  token to the last; ``predicted_per_token_ms`` = predicted_ms / predicted_n;
+  ``predicted_per_second`` = predicted_n / predicted_ms × 1000 (llama-server's own rate,
+  which counts the first token but not its time).
+* ``decode_per_second``: edgespec's decode-phase rate, tokens after the first over the
+  time after the first: (predicted_n − 1) / predicted_ms × 1000. This is the figure the
+  CLI calls "decode" and speculation speeds up.
+* ``draft_n``, ``draft_n_accepted``: tokens drafted and, of those, accepted.
+
+A rate whose time or count is zero is 0.
+
+``speculation`` says how the answer was drafted:
+
+* ``drafter``, ``gamma``: what the request asked for (``auto`` unless it named one).
+* ``steps``: target passes after the first token; ``drafted``, ``accepted``: their totals.
+* ``tau``: tokens per target pass after the first token (1.0 with no drafting);
+  ``acceptance_rate``: accepted / drafted. Each is null where it has nothing to stand on
+  (no step; nothing drafted).
+* ``drafters``: per drafter that ran ("none": steps with no draft), its ``steps``,
+  ``drafted`` and ``accepted``.
+* ``runs``: every step of the answer in order, run-length encoded: one object per run of
+  consecutive steps with the same drafter and γ, ``{"drafter", "gamma", "steps",
+  "accepted"}`` (``accepted``: over the run's steps). The runs' steps add up to ``steps``.
+* ``gamma_histogram``: steps per drafted length, ``{"γ": steps}`` in increasing γ (keys
+  are strings, as JSON wants): how often long drafts ran.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
-from edgespec.decoding.events import Done, Step
+from edgespec.decoding.events import Done, Step, Token
+from edgespec.server import fields, toolcalls
 from edgespec.server.schemas import Job
 
 FINISH_REASONS = {
@@ -19,42 +57,46 @@ FINISH_REASONS = {
     "max_tokens": "length",
     "context_full": "length",
 }
-# The run-length list stays small even for a long answer: past this many runs only the
-# per-drafter totals grow.
-MAX_RUNS = 32
 
 
 class Speculation:
-    """Folds ``Step`` events into per-drafter totals and (drafter, γ, steps) runs."""
+    """Folds ``Step`` events into per-drafter totals, runs of equal steps and the
+    histogram of drafted lengths (the ``speculation`` object above)."""
 
     def __init__(self) -> None:
         self.drafters: dict[str, dict[str, int]] = {}
-        self.runs: list[list] = []
-        self.truncated = False
+        self.runs: list[dict] = []
+        self.gammas: dict[int, int] = {}
 
     def add(self, step: Step) -> None:
         totals = self.drafters.setdefault(step.drafter, {"steps": 0, "drafted": 0, "accepted": 0})
         totals["steps"] += 1
         totals["drafted"] += step.gamma
         totals["accepted"] += step.accepted
-        if self.runs and self.runs[-1][0] == step.drafter and self.runs[-1][1] == step.gamma:
-            self.runs[-1][2] += 1
-        elif len(self.runs) < MAX_RUNS:
-            self.runs.append([step.drafter, step.gamma, 1])
+        self.gammas[step.gamma] = self.gammas.get(step.gamma, 0) + 1
+        last = self.runs[-1] if self.runs else None
+        if last is not None and last["drafter"] == step.drafter and last["gamma"] == step.gamma:
+            last["steps"] += 1
+            last["accepted"] += step.accepted
         else:
-            self.truncated = True
+            self.runs.append(
+                {"drafter": step.drafter, "gamma": step.gamma, "steps": 1, "accepted": step.accepted}
+            )
 
-    def as_dict(self, job: Job) -> dict:
-        summary = {
+    def as_dict(self, job: Job, done: Done) -> dict:
+        s = done.stats
+        return {
             "drafter": job.drafter,
             "gamma": job.gamma,
             "steps": sum(t["steps"] for t in self.drafters.values()),
+            "drafted": s.drafted,
+            "accepted": s.accepted,
+            "tau": round(s.tau, 4) if s.target_passes else None,
+            "acceptance_rate": round(s.acceptance_rate, 4) if s.drafted else None,
             "drafters": self.drafters,
             "runs": self.runs,
+            "gamma_histogram": {str(gamma): self.gammas[gamma] for gamma in sorted(self.gammas)},
         }
-        if self.truncated:
-            summary["runs_truncated"] = True
-        return summary
 
 
 def usage(done: Done) -> dict:
@@ -71,15 +113,30 @@ def usage(done: Done) -> dict:
     }
 
 
+def _ratio(numerator: float, denominator: float) -> float:
+    return round(numerator / denominator, 3) if numerator > 0 and denominator > 0 else 0.0
+
+
 def timings(done: Done) -> dict:
+    """llama-server's ``timings`` (see the module's docstring), computed from the rounded
+    milliseconds, so that a client recomputing a rate from the body gets the same figure."""
     s = done.stats
-    decode_s = max(0.0, s.wall_s - s.ttft_s)
+    # With no token at all, the whole request was the prompt's.
+    first_s = s.ttft_s if s.tokens else s.wall_s
+    prompt_n = s.prompt_tokens - s.reused_tokens
+    prompt_ms = round(1000 * first_s, 3)
+    predicted_ms = round(1000 * max(0.0, s.wall_s - first_s), 3)
     return {
-        "prompt_n": s.prompt_tokens - s.reused_tokens,
-        "prompt_ms": round(1000 * s.ttft_s, 3),
+        "cache_n": s.reused_tokens,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": _ratio(prompt_ms, prompt_n),
+        "prompt_per_second": _ratio(1000 * prompt_n, prompt_ms),
         "predicted_n": s.tokens,
-        "predicted_ms": round(1000 * decode_s, 3),
-        "predicted_per_second": round(s.decode_tokens_per_second, 3),
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": _ratio(predicted_ms, s.tokens),
+        "predicted_per_second": _ratio(1000 * s.tokens, predicted_ms),
+        "decode_per_second": _ratio(1000 * max(0, s.tokens - 1), predicted_ms),
         "draft_n": s.drafted,
         "draft_n_accepted": s.accepted,
     }
@@ -95,17 +152,156 @@ def _object_name(job: Job, chunk: bool) -> str:
     return "text_completion"
 
 
-def response(job: Job, done: Done, speculation: Speculation) -> dict:
-    """The whole answer (``stream: false``)."""
-    if job.kind == "chat":
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": done.text},
-            "logprobs": None,
-            "finish_reason": finish_reason(done),
+class Answer:
+    """One answer's events folded for the client: the speculation summary, the tokens'
+    log-probabilities where asked, and, where the request offered tools, the text read
+    for tool calls in the model's format (``server.toolcalls``): content while it cannot
+    be a call, the calls as OpenAI's ``tool_calls`` once the answer is complete. A
+    malformed call leaves the whole text as content."""
+
+    def __init__(self, job: Job, piece: Callable[[int], bytes]):
+        self.job = job
+        self.piece = piece
+        self.speculation = Speculation()
+        self.logprobs = job.settings.logprobs is not None
+        self.tokens: list[Token] = []  # with log-probabilities, in a whole answer
+        self.pending: list[Token] = []  # ... not yet sent, in a stream
+        self.sent_chars = 0  # where the next completions chunk's text starts
+        tools = job.tools
+        self.calls = job.kind == "chat" and tools.tools is not None and tools.format != "none"
+        self.parser = toolcalls.StreamParser(tools.format, set(tools.names)) if self.calls else None
+        # Models taught the Hermes format also call as a bare or fenced JSON object: an
+        # answer that opens with "{" or "```" is held whole and read both ways at its end.
+        self.lead: str | None = "" if self.calls and tools.format == "hermes" else None
+        self.held: str | None = None
+
+    def add(self, event: Token | Step) -> list[dict]:
+        """Stream chunks for one event (none for most: text comes with its token)."""
+        if isinstance(event, Step):
+            self.speculation.add(event)
+            return []
+        if self.logprobs:
+            self.tokens.append(event)
+            self.pending.append(event)
+        return self._text(event.text) if event.text else []
+
+    def _text(self, text: str) -> list[dict]:
+        if self.parser is None:
+            return [self._with_logprobs(chunk(self.job, text=text))]
+        if self.held is not None:
+            self.held += text
+            return []
+        if self.lead is not None:
+            self.lead += text
+            start = self.lead.lstrip()
+            if not start:
+                return []
+            text, self.lead = self.lead, None
+            if start[0] in "{`":
+                self.held = text
+                return []
+        return [self._delta(delta) for delta in self.parser.feed(text)]
+
+    def _read(self, text: str) -> toolcalls.Parsed:
+        return read_calls(text, self.job.tools.format, set(self.job.tools.names))
+
+    def _delta(self, delta: toolcalls.Delta) -> dict:
+        out = chunk(self.job)
+        out["choices"][0]["delta"] = delta.as_dict()
+        return self._with_logprobs(out) if delta.content is not None else out
+
+    def _with_logprobs(self, out: dict) -> dict:
+        if self.pending:
+            out["choices"][0]["logprobs"] = self._logprobs(self.pending)
+            self.pending = []
+        return out
+
+    def _logprobs(self, tokens: list[Token]) -> dict:
+        if self.job.kind == "chat":
+            return {"content": fields.chat_logprobs(tokens, self.piece)}
+        found = fields.text_logprobs(tokens, self.piece, self.sent_chars)
+        self.sent_chars += sum(len(t) for t in found["tokens"])
+        return found
+
+    def finish(self, done: Done) -> list[dict]:
+        """The stream's last chunks: held text and tool calls, the finish reason, usage."""
+        out = self._text(done.tail) if done.tail else []
+        reason = finish_reason(done)
+        whole = self.held if self.held is not None else self.lead
+        if whole is not None:
+            parsed = self._read(whole)
+            if parsed.ok and parsed.calls:
+                out += [self._delta(delta) for delta in call_deltas(parsed)]
+                reason = parsed.finish_reason(reason)
+            elif whole:
+                out.append(self._with_logprobs(chunk(self.job, text=whole)))
+        elif self.parser is not None:
+            out += [self._delta(delta) for delta in self.parser.finish()]
+            reason = self.parser.finish_reason(reason)
+        last = chunk(self.job, finish=reason)
+        out.append(self._with_logprobs(last))
+        if self.job.include_usage:
+            out.append({**chunk(self.job), "choices": [], "usage": usage(done)})
+        out[-1]["timings"] = timings(done)
+        out[-1]["speculation"] = self.speculation.as_dict(self.job, done)
+        return out
+
+    def whole(self, done: Done) -> dict:
+        """The whole answer (``stream: false``)."""
+        job = self.job
+        reason = finish_reason(done)
+        logprobs = self._logprobs(self.tokens) if self.logprobs else None
+        if job.kind == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": done.text}
+            if self.calls:
+                parsed = self._read(done.text)
+                if parsed.ok and parsed.calls:
+                    calls = parsed.calls if job.tools.parallel else parsed.calls[:1]
+                    message = {
+                        "role": "assistant",
+                        "content": parsed.content,
+                        "tool_calls": [call.as_dict() for call in calls],
+                    }
+                    reason = parsed.finish_reason(reason)
+            choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": done.text, "logprobs": logprobs, "finish_reason": reason}
+        return _body(job, done, self.speculation, choice)
+
+
+def read_calls(text: str, fmt: str, names: set[str]) -> toolcalls.Parsed:
+    """Tool calls in an answer, in the model's format; for the Hermes format also a bare
+    or fenced JSON object ``{"name": …, "arguments": …}`` naming an offered function, the
+    way small models taught that format often call."""
+    parsed = toolcalls.parse(text, fmt, allowed=names)
+    if fmt != "hermes" or not parsed.ok or parsed.calls:
+        return parsed
+    bare = text.strip()
+    if bare.startswith("```"):
+        bare = bare.partition("\n")[2].rstrip().removesuffix("```").strip()
+    if not bare.startswith("{"):
+        return parsed
+    found = toolcalls.parse(bare, "llama3", allowed=names)
+    return found if found.ok and found.calls else parsed
+
+
+def call_deltas(parsed: toolcalls.Parsed) -> list[toolcalls.Delta]:
+    """A parsed answer as OpenAI streams it: its content, then each call's name and id,
+    then its arguments."""
+    deltas = [toolcalls.Delta(content=parsed.content)] if parsed.content else []
+    for index, call in enumerate(parsed.calls):
+        head = {
+            "index": index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
         }
-    else:
-        choice = {"index": 0, "text": done.text, "logprobs": None, "finish_reason": finish_reason(done)}
+        deltas.append(toolcalls.Delta(tool_call=head))
+        deltas.append(toolcalls.Delta(tool_call={"index": index, "function": {"arguments": call.arguments}}))
+    return deltas
+
+
+def _body(job: Job, done: Done, speculation: Speculation, choice: dict) -> dict:
     return {
         "id": job.id,
         "object": _object_name(job, chunk=False),
@@ -114,7 +310,7 @@ def response(job: Job, done: Done, speculation: Speculation) -> dict:
         "choices": [choice],
         "usage": usage(done),
         "timings": timings(done),
-        "speculation": speculation.as_dict(job),
+        "speculation": speculation.as_dict(job, done),
     }
 
 
@@ -136,18 +332,6 @@ def chunk(job: Job, *, text: str | None = None, role: bool = False, finish: str 
         "model": job.model,
         "choices": [choice],
     }
-
-
-def final_chunks(job: Job, done: Done, speculation: Speculation) -> list[dict]:
-    """The chunk with the finish reason, then (when asked) the usage chunk with no
-    choices; the last of them carries timings and the speculation summary."""
-    chunks = [chunk(job, finish=finish_reason(done))]
-    if job.include_usage:
-        last = {**chunk(job), "choices": [], "usage": usage(done)}
-        chunks.append(last)
-    chunks[-1]["timings"] = timings(done)
-    chunks[-1]["speculation"] = speculation.as_dict(job)
-    return chunks
 
 
 def sse(data: dict | str) -> str:

@@ -1,10 +1,18 @@
 """Request bodies → validated generation jobs.
 
 Validation is done by hand rather than with pydantic models so that every refusal is one
-sentence naming the field, in OpenAI's error shape. What the engine cannot honour (several
-choices, tools, log probabilities, a JSON response format, penalties) is refused with a
-400, never ignored: a client that asked for it would otherwise get something else than it
-believes.
+sentence naming the field, in OpenAI's error shape. Tools (``server.tools``), structured
+output, log-probabilities and penalties (``server.fields``) are honoured; what the engine
+cannot honour (several choices, audio, ``echo``, ``suffix``, ``best_of``) is refused
+with a 400, never ignored: a client that asked for it would otherwise get something else
+than it believes.
+
+Besides OpenAI's fields a request may carry edgespec's own, named like the CLI's flags:
+``drafter`` (``auto``, the default, a registered drafter's name, or ``none``), ``gamma``
+(``auto``, the default, or tokens drafted per step from 0 to 64), ``verify`` (``token``
+or ``block``) and ``lenience`` (in (0, 1]; 1 keeps the output exact). Drafter and γ are
+checked by ``decoding.choice.check_choice``, the one check the CLI and the API share; a
+refusal names the field in ``param``.
 """
 
 from __future__ import annotations
@@ -15,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgespec.api import EdgeSpec, settings_from
+from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, ChoiceError, check_choice
 from edgespec.decoding.engine import GenerationSettings
-from edgespec.decoding.policy import DRAFTER_CHOICES
 from edgespec.errors import EdgespecError
+from edgespec.server import fields
 from edgespec.server.errors import ApiError, bad_request
+from edgespec.server.tools import ToolSetup, parse_tools
 
 DEFAULT_MODEL = "default"
 
@@ -36,6 +46,16 @@ _COMMON = {
     "stream",
     "stream_options",
     "prediction",
+    # structured output, log-probabilities and penalties (server.fields)
+    "response_format",
+    "grammar",
+    "json_schema",
+    "logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+    "repeat_last_n",
+    "logit_bias",
     # edgespec's own speculation fields, named like the CLI's flags
     "drafter",
     "gamma",
@@ -46,22 +66,21 @@ _COMMON = {
     "metadata",
     "store",
 }
-_CHAT = _COMMON | {"messages", "max_completion_tokens", "parallel_tool_calls"}
+_CHAT = _COMMON | {
+    "messages",
+    "max_completion_tokens",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "top_logprobs",
+}
 _TEXT = _COMMON | {"prompt"}
 
 # Fields the engine cannot honour, with the value that means "not used" (sent by some
 # clients by default, so that value is accepted).
 _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
     "functions": (None, []),
     "function_call": (None, "none"),
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
-    "logit_bias": (None, {}),
-    "response_format": (None, {"type": "text"}),
-    "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0),
     "audio": (None,),
     "modalities": (None, ["text"]),
     "echo": (None, False),
@@ -71,7 +90,7 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "web_search_options": (None,),
     "service_tier": (None, "auto", "default"),
 }
-_ROLES = ("system", "developer", "user", "assistant")
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclass
@@ -87,6 +106,7 @@ class Job:
     stream: bool
     include_usage: bool
     model: str
+    tools: ToolSetup = field(default_factory=ToolSetup)
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -105,11 +125,12 @@ def parse_chat(body: Any, lm: EdgeSpec) -> Job:
         param = "max_completion_tokens"
     else:
         param = "max_tokens"
+    tools = parse_tools(body, lm.target.metadata("tokenizer.chat_template"), lm.target.name)
     try:
-        tokens = lm.prompt_tokens(messages, chat=True)
+        tokens = lm.prompt_tokens(messages, chat=True, tools=tools.tools)
     except EdgespecError as exc:
         raise bad_request(str(exc), "messages") from None
-    return _job("chat", body, tokens, lm, max_tokens_param=param)
+    return _job("chat", body, tokens, lm, max_tokens_param=param, tools=tools)
 
 
 def parse_completion(body: Any, lm: EdgeSpec) -> Job:
@@ -194,14 +215,42 @@ def _text_content(content: Any, param: str) -> str:
     raise bad_request(f"'{param}' must be a string or a list of text parts", param)
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
+def _tool_calls(value: Any, param: str) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls``, as OpenAI clients send them back."""
+    if not isinstance(value, list):
+        raise bad_request(f"'{param}' must be a list of tool calls", param)
+    calls = []
+    for index, call in enumerate(value):
+        where = f"{param}[{index}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad_request(
+                f"'{where}' must be {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}", param
+            )
+        arguments = function.get("arguments", "{}")
+        if not isinstance(arguments, str | dict):
+            raise bad_request(f"'{where}.function.arguments' must be a JSON string", param)
+        call_id = call.get("id", "")
+        if not isinstance(call_id, str):
+            raise bad_request(f"'{where}.id' must be a string", param)
+        calls.append(
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
+        )
+    return calls
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
     if value is None:
         raise bad_request("'messages' is required", "messages")
     if not isinstance(value, list):
         raise bad_request("'messages' must be a list of messages", "messages")
     if not value:
         raise bad_request("'messages' is empty", "messages")
-    messages = []
+    messages: list[dict[str, Any]] = []
     for index, message in enumerate(value):
         param = f"messages[{index}]"
         if not isinstance(message, dict):
@@ -209,11 +258,25 @@ def _messages(value: Any) -> list[dict[str, str]]:
         role = message.get("role")
         if role not in _ROLES:
             raise bad_request(f"'{param}.role' must be one of {', '.join(_ROLES)} (got {role!r})", param)
-        if message.get("tool_calls"):
-            raise bad_request(f"'{param}.tool_calls': tools are not supported by this server", param)
-        content = _text_content(message.get("content"), f"{param}.content")
+        calls = message.get("tool_calls")
+        if calls and role != "assistant":
+            raise bad_request(f"'{param}.tool_calls': only an assistant message calls tools", param)
+        if role == "assistant" and calls and message.get("content") is None:
+            content = ""
+        else:
+            content = _text_content(message.get("content"), f"{param}.content")
         # "developer" is OpenAI's newer name for the system role; chat templates know "system".
-        messages.append({"role": "system" if role == "developer" else role, "content": content})
+        item: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": content}
+        if calls:
+            item["tool_calls"] = _tool_calls(calls, f"{param}.tool_calls")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise bad_request(f"'{param}.tool_call_id' must name the call this result answers", param)
+            item["tool_call_id"] = call_id
+        if isinstance(message.get("name"), str):
+            item["name"] = message["name"]
+        messages.append(item)
     if not any(m["role"] == "user" and m["content"].strip() for m in messages):
         raise bad_request("'messages' holds no user message with text", "messages")
     return messages
@@ -236,7 +299,16 @@ def _typed(body: dict, name: str, check, what: str, default: Any) -> Any:
     return value
 
 
-def _job(kind: str, body: dict, tokens: list[int], lm: EdgeSpec, *, max_tokens_param: str) -> Job:
+def _job(
+    kind: str,
+    body: dict,
+    tokens: list[int],
+    lm: EdgeSpec,
+    *,
+    max_tokens_param: str,
+    tools: ToolSetup | None = None,
+) -> Job:
+    tools = tools or ToolSetup()
     model = check_model(body.get("model"), lm)
     n_ctx = lm.target.n_ctx
     if len(tokens) >= n_ctx:
@@ -284,24 +356,31 @@ def _job(kind: str, body: dict, tokens: list[int], lm: EdgeSpec, *, max_tokens_p
     }
     if sampling["temperature"] > 2:
         raise bad_request(f"'temperature' must be in [0, 2] (got {sampling['temperature']})", "temperature")
+    extras = fields.penalties(body, lm.target.n_vocab)
+    extras["logprobs"] = fields.logprobs(body, kind)
+    grammar = fields.constraint(body, lm.target)
+    if tools.grammar is not None:
+        if grammar is not None:
+            raise bad_request(
+                "a required tool call and 'response_format' cannot both shape the answer", "tool_choice"
+            )
+        grammar = tools.grammar
     try:
-        settings = settings_from(max_tokens=max_tokens, stop=stop, **sampling)
+        settings = settings_from(max_tokens=max_tokens, stop=stop, grammar=grammar, **sampling, **extras)
     except EdgespecError as exc:
         raise bad_request(str(exc)) from None
 
-    drafter = _typed(body, "drafter", lambda v: isinstance(v, str), "a string", "auto")
-    if drafter not in DRAFTER_CHOICES:
-        raise bad_request(
-            f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTER_CHOICES)}", "drafter"
+    drafter = body.get("drafter")
+    gamma = body.get("gamma")
+    try:
+        drafter, gamma = check_choice(
+            DEFAULT_DRAFTER if drafter is None else drafter,
+            DEFAULT_GAMMA if gamma is None else gamma,
+            has_draft=lm.draft is not None,
+            max_gamma=lm.engine.max_gamma,
         )
-    if drafter == "model" and lm.draft is None:
-        raise bad_request("drafter 'model' needs a draft model, and this server runs without one", "drafter")
-    gamma = body.get("gamma", "auto")
-    max_gamma = lm.engine.max_gamma
-    if gamma != "auto" and not (_is_int(gamma) and 0 <= gamma <= max_gamma):
-        raise bad_request(
-            f"'gamma' must be 'auto' or an integer from 0 to {max_gamma} (got {gamma!r})", "gamma"
-        )
+    except ChoiceError as exc:
+        raise bad_request(str(exc), exc.param) from None
 
     return Job(
         kind=kind,
@@ -313,4 +392,5 @@ def _job(kind: str, body: dict, tokens: list[int], lm: EdgeSpec, *, max_tokens_p
         stream=stream,
         include_usage=include_usage,
         model=model,
+        tools=tools,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edgespec.decoding.events import TARGET, Done, Event, Step, Token
+from edgespec.decoding.events import PLAIN, Done, Event, Step, Token
 
 
 @dataclass
@@ -19,6 +19,7 @@ class AnswerRun:
     tokens: int = 0
     drafted: int = 0
     accepted: int = 0
+    sources: dict[str, int] = field(default_factory=dict)  # tokens by provenance
     done: Done | None = None
     _step_tokens_due: int = 0  # tokens of the latest step not yet received
 
@@ -27,6 +28,7 @@ class AnswerRun:
         Step event, so only then do the counters describe the step whole)."""
         if isinstance(event, Token):
             self.tokens += 1
+            self.sources[event.source] = self.sources.get(event.source, 0) + 1
             self._append(event.text, event.source)
             if self._step_tokens_due:
                 self._step_tokens_due -= 1
@@ -40,7 +42,7 @@ class AnswerRun:
             self.done = event
             # The tail was held back for a possible stop string; its tokens were already
             # counted, so it takes the provenance of the last one.
-            last_source = self.runs[-1][1] if self.runs else TARGET
+            last_source = self.runs[-1][1] if self.runs else PLAIN
             self._append(event.tail, last_source)
         return False
 
@@ -69,9 +71,13 @@ class AnswerRun:
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
 
+    @property
+    def drafting_steps(self) -> int:
+        return sum(1 for step in self.steps if step.gamma > 0)
+
     def last_drafting_step(self) -> tuple[int, Step | None]:
         """The latest step that drafted anything and its 1-based number: what the gauge
-        shows (a plain target step has nothing to accept)."""
+        shows while the answer streams (a plain target step has nothing to accept)."""
         for index in range(len(self.steps) - 1, -1, -1):
             if self.steps[index].gamma > 0:
                 return index + 1, self.steps[index]

@@ -113,12 +113,7 @@ def owner_of(request: gr.Request | None) -> str:
 
 
 def empty_gauge() -> Any:
-    return gauge_figure(None, 0, 0.0, 0.0)
-
-
-def _gauge_for(run: AnswerRun) -> Any:
-    number, step = run.last_drafting_step()
-    return gauge_figure(step, number, run.tau, run.acceptance_rate)
+    return gauge_figure(None)
 
 
 class ChatHandlers:
@@ -247,7 +242,7 @@ class ChatHandlers:
         return View(
             chatbot=chat_messages([*prompt, {"role": "assistant", "content": run.text}]),
             provenance=provenance_html(run, colour),
-            gauge=_gauge_for(run) if gauge_stale else gr.skip(),
+            gauge=gauge_figure(run) if gauge_stale else gr.skip(),
             stats=live_stats_markdown(run),
         )
 
@@ -266,7 +261,7 @@ class ChatHandlers:
         return View(
             chatbot=chat_messages(session.history),
             provenance=provenance_html(run, session.colour),
-            gauge=_gauge_for(run),
+            gauge=gauge_figure(run),
             stats=final_stats_markdown(done.stats, done.stop_reason),
             steps_plot=steps_figure(run.steps),
             steps_table=step_rows(run.steps),

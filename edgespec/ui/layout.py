@@ -1,4 +1,4 @@
-"""The Gradio chat app: layout and event wiring. Behaviour lives in ``ui_handlers``.
+"""The Gradio chat app: layout and event wiring. Behaviour lives in ``handlers``.
 
 One loaded model pair serves every browser tab. Generations (chat and the baseline
 measurement) share one queue slot, so a second tab waits its turn and sees its place in
@@ -13,13 +13,22 @@ from typing import Any
 import gradio as gr
 
 from edgespec.api import EdgeSpec
-from edgespec.decoding.policy import DRAFTER_CHOICES
+from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
 from edgespec.ui.handlers import GAMMA_CHOICES, ChatHandlers, View, empty_gauge
 from edgespec.ui.session import Session
 from edgespec.ui.text import LENIENCE_NOTE, STEP_HEADERS, error_markdown, provenance_html, speedup_markdown
 
 ENGINE_QUEUE = "engine"  # the concurrency group of everything that runs the models
-DRAFTER_ORDER = ("auto", *(d for d in DRAFTER_CHOICES if d != "auto"))
+
+
+def drafter_choices(has_draft: bool) -> list[str]:
+    """The registry's choices, auto first; a drafter that needs the draft model only
+    where one is loaded."""
+    return [c for c in CHOICES if has_draft or c not in REGISTRY or REGISTRY[c].kind != "model"]
+
+
+def drafter_help(choices: list[str]) -> str:
+    return "  \n".join(f"**{name}**: {CHOICE_HELP[name]}" for name in choices)
 
 
 def build_app(lm: EdgeSpec | None, load_error: str | None = None) -> gr.Blocks:
@@ -38,7 +47,7 @@ def build_app(lm: EdgeSpec | None, load_error: str | None = None) -> gr.Blocks:
                 view = _chat_column()
             with gr.Column(scale=2):
                 view.update(_metrics_column())
-        settings = _settings_panel()
+        settings = _settings_panel(drafter_choices(lm is None or lm.draft is not None))
         _wire(demo, handlers, view, settings, session)
     return demo
 
@@ -109,15 +118,16 @@ def _metrics_column() -> dict[str, Any]:
     }
 
 
-def _settings_panel() -> dict[str, Any]:
+def _settings_panel(drafters: list[str]) -> dict[str, Any]:
     with gr.Accordion("Settings", open=True):
         with gr.Row():
-            drafter = gr.Radio(list(DRAFTER_ORDER), value="auto", label="drafter", elem_id="drafter")
+            drafter = gr.Radio(drafters, value=AUTO, label="drafter", elem_id="drafter")
             gamma = gr.Dropdown(
                 list(GAMMA_CHOICES), value="auto", label="γ (tokens drafted per step)", elem_id="gamma"
             )
             verify = gr.Radio(["token", "block"], value="token", label="verification", elem_id="verify")
             max_tokens = gr.Slider(1, 2048, value=256, step=1, label="max tokens", elem_id="max-tokens")
+        gr.Markdown(drafter_help(drafters), elem_id="drafter-help")
         with gr.Row():
             temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature (0 = greedy)")
             top_k = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")

@@ -5,21 +5,35 @@ from __future__ import annotations
 
 import html
 
-from edgespec.decoding.events import BONUS, DRAFT, TARGET, Stats, Step
+from edgespec.decoding.drafters import NONE_COLOUR
+from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Stats, Step
 from edgespec.ui.answer import AnswerRun
+from edgespec.ui.reasons import reason_words
 
-# Provenance colours: translucent, so the text stays readable on light and dark themes.
+
+def translucent(colour: str, alpha: float = 0.35) -> str:
+    """A "#rrggbb" colour as rgba: highlighted text stays readable on light and dark themes."""
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
+# Provenance of each token: (legend label, background, what it means), in legend order.
 PROVENANCE_STYLE = {
-    DRAFT: ("accepted draft", "rgba(34,197,94,0.35)", "a drafted token the target accepted"),
+    DRAFT: ("accepted draft", translucent("#22c55e"), "a drafted token the target accepted"),
     TARGET: (
-        "target's own (correction)",
-        "rgba(249,115,22,0.35)",
-        "the target's own token: a correction after a rejected draft, or plain decoding",
+        "correction",
+        translucent("#ef4444"),
+        "the target's own token in place of a rejected draft",
     ),
     BONUS: (
-        "bonus (all drafts accepted)",
-        "rgba(59,130,246,0.35)",
-        "the target's extra token when every draft was accepted",
+        "bonus",
+        translucent("#3b82f6"),
+        "the target's extra token after every drafted token was accepted",
+    ),
+    PLAIN: (
+        "target, no draft",
+        translucent(NONE_COLOUR),
+        "the target's own token in a step with no draft (and the first token)",
     ),
 }
 LENIENCE_NOTE = (
@@ -28,7 +42,7 @@ LENIENCE_NOTE = (
     "exactly what the target model would produce. A change applies from the next step of a "
     "running answer; it has no effect at temperature 0 (greedy)."
 )
-STEP_HEADERS = ["step", "drafter", "γ planned", "γ drafted", "accepted", "reason"]
+STEP_HEADERS = ["step", "drafter", "γ planned", "γ drafted", "accepted", "why"]
 _STOP_REASONS = {
     "eos": "the model ended its answer",
     "stop_string": "a stop string",
@@ -48,7 +62,8 @@ def provenance_html(run: AnswerRun | None, colour: bool) -> str:
         body = "".join(_provenance_span(piece, source) for piece, source in run.runs)
     else:
         body = html.escape(text)
-    legend = _legend_html() if colour else '<div style="opacity:0.6">colouring off: plain text</div>'
+    counts = run.sources if run is not None else {}
+    legend = _legend_html(counts) if colour else '<div style="opacity:0.6">colouring off: plain text</div>'
     return (
         f'<div class="provenance-panel">{legend}'
         f'<div class="provenance-text" style="white-space:pre-wrap;font-family:ui-monospace,monospace;'
@@ -57,17 +72,19 @@ def provenance_html(run: AnswerRun | None, colour: bool) -> str:
 
 
 def _provenance_span(text: str, source: str) -> str:
-    label, background, _ = PROVENANCE_STYLE.get(source, PROVENANCE_STYLE[TARGET])
+    label, background, _ = PROVENANCE_STYLE.get(source, PROVENANCE_STYLE[PLAIN])
     return (
         f'<span data-source="{source}" title="{label}" '
         f'style="background:{background};border-radius:3px">{html.escape(text)}</span>'
     )
 
 
-def _legend_html() -> str:
+def _legend_html(counts: dict[str, int]) -> str:
+    """One chip per provenance, with how many of the answer's tokens it holds."""
     chips = "".join(
-        f'<span data-legend="{source}" title="{meaning}" style="background:{background};'
-        f'border-radius:3px;padding:1px 6px;margin-right:6px">{label}</span>'
+        f'<span data-legend="{source}" data-count="{counts.get(source, 0)}" title="{meaning}" '
+        f'style="background:{background};border-radius:3px;padding:1px 6px;margin-right:6px">'
+        f"{label} {counts.get(source, 0)}</span>"
         for source, (label, background, meaning) in PROVENANCE_STYLE.items()
     )
     return f'<div class="provenance-legend" style="font-size:0.85em">{chips}</div>'
@@ -92,7 +109,8 @@ def final_stats_markdown(stats: Stats, stop_reason: str) -> str:
     )
     rows = [
         ("tokens", f"{stats.tokens} ({reason})"),
-        ("tokens/s", f"{stats.tokens_per_second:.1f}"),
+        ("tokens/s, end to end", f"{stats.tokens_per_second:.1f} (prompt processing included)"),
+        ("tokens/s, decode phase", f"{stats.decode_tokens_per_second:.1f} (after the first token)"),
         ("τ (tokens / target pass)", f"{stats.tau:.2f} over {stats.target_passes} passes"),
         ("acceptance", acceptance),
         ("time to first token", f"{stats.ttft_s:.2f} s"),
@@ -123,18 +141,50 @@ def speedup_markdown(answer_rate: float | None, baseline_rate: float | None) -> 
             "model alone (drafter none) on this machine."
         )
     if answer_rate is None or baseline_rate <= 0:
-        return f"Measured baseline: {baseline_rate:.1f} tok/s (target only). Send a message to compare."
+        return (
+            f"Measured baseline: {baseline_rate:.1f} tok/s end to end (target only). "
+            "Send a message to compare."
+        )
     return (
         f"**speedup ×{answer_rate / baseline_rate:.2f} vs measured baseline ({baseline_rate:.1f} tok/s)**"
-        f" — last answer {answer_rate:.1f} tok/s. The baseline is the target model alone on the last "
-        "prompt, with the same settings and cache state, measured on this machine."
+        f" — last answer {answer_rate:.1f} tok/s, both end to end. The baseline is the target model "
+        "alone on the last prompt, with the same settings and cache state, measured on this machine."
     )
 
 
 def step_rows(steps: list[Step]) -> list[list[str | int]]:
     return [
-        [n, s.drafter, s.planned_gamma, s.gamma, s.accepted, s.reason] for n, s in enumerate(steps, start=1)
+        [n, s.drafter, s.planned_gamma, s.gamma, s.accepted, reason_words(s)]
+        for n, s in enumerate(steps, start=1)
     ]
+
+
+def gauge_reading(run: AnswerRun | None) -> tuple[int, int, list[str]]:
+    """What the gauge shows: accepted out of drafted, and the lines saying what that is.
+    While the answer streams, its latest drafting step; once it ends, the whole answer."""
+    if run is None:
+        return 0, 0, ["send a message: its drafting steps show here"]
+    total = len(run.steps)
+    if run.done is not None and run.drafted:
+        summary = f"whole answer: {run.drafting_steps} of {_count(total, 'step')} drafted"
+        detail = f"{run.accepted} of {run.drafted} drafted tokens accepted, τ {run.tau:.2f}"
+        return run.accepted, run.drafted, [summary, detail]
+    if run.done is not None:
+        if total:
+            detail = f"{_count(total, 'step')} with no draft, τ {run.tau:.2f}"
+        else:
+            detail = f"{'its one token came from' if run.tokens == 1 else 'it ended at'} the prompt pass"
+        return 0, 0, ["no drafting in this answer", detail]
+    number, step = run.last_drafting_step()
+    if step is None:
+        plain = f" ({_count(total, 'plain step')} so far)" if total else ""
+        return 0, 0, [f"no drafting step yet{plain}"]
+    line = f"step {number} of {total} so far: {step.drafter}, {step.accepted} of {step.gamma} accepted"
+    return step.accepted, step.gamma, [line]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def error_markdown(message: str) -> str:

@@ -1,18 +1,38 @@
 """Drafters: anything that proposes the next few tokens for the target to verify, one
 file per method (listing this folder lists them). ``base`` holds the interface every
-drafter implements; adding a method is adding a file and naming it in ``DRAFTERS``."""
+drafter implements; ``registry`` the one list of them (``REGISTRY``)."""
 
 from edgespec.decoding.drafters.base import Draft, Drafter, DraftRequest, LookupDrafter
 from edgespec.decoding.drafters.copy import CopyDrafter
 from edgespec.decoding.drafters.model import ModelDrafter
 from edgespec.decoding.drafters.ngram import NgramDrafter
 from edgespec.decoding.drafters.reflow import ReflowDrafter
+from edgespec.decoding.drafters.registry import (
+    AUTO,
+    CHOICE_HELP,
+    CHOICES,
+    FIXED_CHOICES,
+    LOOKUP_DRAFTERS,
+    NONE,
+    NONE_COLOUR,
+    REGISTRY,
+    DrafterSpec,
+)
 
 __all__ = [
+    "AUTO",
+    "CHOICES",
+    "CHOICE_HELP",
+    "FIXED_CHOICES",
+    "LOOKUP_DRAFTERS",
+    "NONE",
+    "NONE_COLOUR",
+    "REGISTRY",
     "CopyDrafter",
     "Draft",
     "DraftRequest",
     "Drafter",
+    "DrafterSpec",
     "LookupDrafter",
     "ModelDrafter",
     "NgramDrafter",

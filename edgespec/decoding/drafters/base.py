@@ -50,6 +50,10 @@ class DraftRequest:
     # Greedy drafting needs only the argmax; the confidence is a softmax over the whole
     # vocabulary per token, worth computing only for a policy that uses it.
     wants_confidence: bool = True
+    # Applied to each row of the draft model's logits before it drafts from it, with the
+    # tokens drafted so far in this step: the target's penalties and biases, so that the
+    # draft proposes what the penalized target would.
+    transform: Callable[[np.ndarray, list[int]], np.ndarray] | None = None
 
 
 class Drafter(Protocol):

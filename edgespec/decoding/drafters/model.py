@@ -48,6 +48,8 @@ class ModelDrafter:
         logits = self._decode(context[reused:], draft)
         greedy = request.params.greedy
         for i in range(request.max_tokens):
+            if request.transform is not None:
+                logits = request.transform(logits, draft.tokens)
             if greedy:
                 token = int(np.argmax(logits))
                 confidence = max_probability(logits) if request.wants_confidence else 1.0

@@ -1,0 +1,377 @@
+"""``AdaptivePolicy``: the plan/observe glue of the cost-aware controller behind
+``--drafter auto --gamma auto``.
+
+Before every step it prices each option (``pricing``) with the measured costs and the
+acceptance statistics (``stats``) and picks the highest expected tokens per second, among
+options not banned (``realized``); after the step it learns from what happened. The draft
+model, whose acceptance cannot be judged without drafting, is tried for a few steps early
+on wherever its best case could pay, once in every answer after its first few steps, and
+now and then afterwards, so a machine where it pays (a GPU, Apple Silicon) is found within
+a few steps. Where nothing comes near paying (a steep CPU, over text that nothing copies,
+with a draft model that cannot pay there even at its best), it stops looking for a while:
+1, 2, 4, then at most ``max_idle`` steps at a time without lookups or pricing, until a
+proposal it did look at proves right for ``waking_run`` tokens in a row.
+
+On a GPU the first two plain steps after a drafting step cost more than plain steps
+(llama.cpp rebuilds its graph for the new size): the controller learns that excess from
+the plain steps that follow its drafting and charges it to any step that would start
+drafting after plain steps, where it is worth pricing (on a CPU it is noise around zero).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import numpy as np
+
+from edgespec.decoding.auto import pricing
+from edgespec.decoding.auto.pricing import Choice
+from edgespec.decoding.auto.state import AnswerState, OpenProposal, PairState, StepScratch
+from edgespec.decoding.auto.stats import expected_tokens
+from edgespec.decoding.drafters import LOOKUP_DRAFTERS
+from edgespec.decoding.policy import Plan, StepOutcome, StepView
+from edgespec.errors import EdgespecError
+
+
+class AdaptivePolicy:
+    """Chooses drafter and γ per step from measured costs and acceptance. One policy
+    serves one answer (``begin`` starts it); what it learns about the pair goes into the
+    ``PairState`` it was given."""
+
+    prefill_draft = False  # the draft model catches up only when it is chosen
+
+    def __init__(
+        self,
+        pair: PairState,
+        drafters: tuple[str, ...],
+        gamma_cap: int | None = None,
+        fixed_gamma: int | None = None,
+    ):
+        self.pair = pair
+        self.tuning = pair.tuning
+        self.costs = pair.costs
+        self.stats = pair.stats
+        self.allowed = drafters
+        self.gamma_cap = gamma_cap
+        self.fixed_gamma = fixed_gamma
+        # Tokens a draft-model step of the trial's γ makes at the prior's acceptance: the
+        # pace at which the rest of an answer shares the draft's prompt prefill, before the
+        # answer shows its own.
+        self._model_pace = float(
+            expected_tokens(np.full(self.tuning.trial_gamma, self.tuning.model_prior))[-1]
+        )
+        self.answer = AnswerState(self.tuning)
+        self.step = StepScratch()
+
+    def check(self, drafters: Collection[str], max_gamma: int) -> None:
+        if self.fixed_gamma is not None and self.fixed_gamma > max_gamma:
+            raise EdgespecError(f"gamma {self.fixed_gamma} is larger than this engine allows ({max_gamma})")
+
+    def begin(self) -> None:
+        """A new answer: fresh answer state, and the pair's evidence softened."""
+        self.pair.begin_answer()
+        self.answer = AnswerState(self.tuning)
+        self.step = StepScratch()
+
+    # -- planning -------------------------------------------------------------------------
+
+    def plan(self, view: StepView) -> Plan:
+        answer, t = self.answer, self.tuning
+        answer.steps += 1
+        if answer.steps < answer.idle_until:
+            # Nothing came near paying at the last plans (_note_idle): decode plainly.
+            self.step = StepScratch()
+            return Plan("none", 0, reason="idle")
+        options = self.choices(view)
+        if self.fixed_gamma == 0 or not self.allowed:
+            options = options[:1]
+        # Drafting must beat plain decoding clearly: its estimates are noisy, and a wrong
+        # bet on a steep CPU cost curve loses more than a right one wins. An option whose
+        # steps realized less than plain decoding is left out while its ban lasts. Nor does
+        # the draft model read the prompt in the answer's first steps: an answer that copies
+        # its prompt (an edit) shows it within a few tokens, and then the lookups beat a
+        # draft whose prompt prefill would already be paid.
+        plain = options[0]
+        settling = answer.steps < t.settle_steps and answer.switch_s > 0.0 and not answer.draft_synced
+        drafting = [
+            c
+            for c in options[1:]
+            if c.rate > plain.rate * (t.model_gain if c.drafter == "model" else t.min_gain)
+            and not answer.bans.banned(c.drafter, answer.steps)
+            and not (settling and c.drafter == "model")
+        ]
+        best = max(drafting, key=lambda c: c.rate) if drafting else plain
+        best, exploring = self._trial(options, best, view)
+        if best.drafter != "none":
+            answer.last_used[best.drafter] = answer.steps
+        self._note_idle(plain, options)
+        reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
+        self.step = StepScratch(best, exploring, first_draft_s=answer.catch_up_s)
+        steering = best.drafter == "model" and self.fixed_gamma is None and not exploring
+        keep_going = self._keep_going if steering else None
+        return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
+
+    def choices(self, view: StepView) -> list[Choice]:
+        """Every option for the next step, priced (plain decoding first). The lookups'
+        proposals priced here are kept to be judged against what the answer commits."""
+        answer, t, costs = self.answer, self.tuning, self.costs
+        budget = view.budget
+        plain = pricing.plain_seconds(costs)
+        options = [Choice("none", 0, 1.0 / plain, 1.0, plain)]
+        risk = pricing.risk_budget(t, answer.saved_s, answer.tokens, plain)
+        cap = min(budget, self.gamma_cap or budget)
+        if cap <= 0:
+            return options
+        verify_row = pricing.verify_seconds(costs, np.arange(1, cap + 1))  # γ = 1..cap
+        return_s = self._return_cost()
+        proposals = {}
+        for name in LOOKUP_DRAFTERS:
+            if name in self.allowed:
+                proposal, n = view.lookup(name, cap)
+                if proposal:
+                    proposals[name] = (proposal, n)
+        firsts = [proposal[0] for proposal, _ in proposals.values()]
+        for name, (proposal, n) in proposals.items():
+            # Lookups that copy from different places, or blind to wrapping, and still
+            # propose the same next token are right far more often than one alone.
+            agreement = min(firsts.count(proposal[0]) - 1, t.agreement_levels - 1)
+            crossings = pricing.crossings(view, proposal)
+            answer.open.append(OpenProposal(name, n, proposal, crossings, agreement))
+            accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings, agreement)
+            calibration = answer.realized.calibration(name)
+            options.append(self._best(name, accept, verify_row, return_s, 0.0, calibration, risk))
+        if "model" in self.allowed:
+            first, per_draft = self._price_catch_up(view)
+            accept = np.full(cap, self.stats.model)
+            options.append(self._best("model", accept, verify_row, first + return_s, per_draft, 1.0, risk))
+        return options
+
+    def _best(
+        self,
+        drafter: str,
+        accept: np.ndarray,
+        verify_row: np.ndarray,
+        fixed_cost: float,
+        per_draft: float,
+        calibration: float,
+        risk: float,
+    ) -> Choice:
+        return pricing.best_gamma(
+            drafter,
+            accept,
+            verify_row,
+            fixed_cost,
+            per_draft,
+            calibration=calibration,
+            fixed_gamma=self.fixed_gamma,
+            risk=risk,
+        )
+
+    def _price_catch_up(self, view: StepView) -> tuple[float, float]:
+        """(the draft model's first decode as priced, one draft token): the catch-up it
+        must decode before drafting, and, where that is a prompt prefill, its share of it.
+        The draft's first catch-up is its prompt prefill, paid once per answer: shared by
+        the steps the answer has left, it does not hide for good a draft model that pays on
+        every later step. An answer that has been making many tokens per step (a copy) has
+        few steps left to share it. A later catch-up is the price of coming back after
+        other steps, paid again at every return: shared only by the few model steps a
+        return lasts."""
+        answer, t = self.answer, self.tuning
+        catch_up = view.draft_catch_up()
+        first = self.costs.draft.estimate(catch_up)
+        answer.catch_up_s = first
+        per_draft = self.costs.draft.estimate(1)
+        answer.switch_s = max(first - per_draft, 0.0) if catch_up > t.prefill_batch else 0.0
+        if answer.switch_s > 0.0:
+            steps_left = max(view.remaining / max(answer.pace(), self._model_pace), 1.0)
+            horizon = min(steps_left, t.return_steps) if answer.draft_synced else steps_left
+            first = per_draft + answer.switch_s / horizon
+        return first, per_draft
+
+    def _return_cost(self) -> float:
+        """Seconds a drafting step that follows plain steps will cost the plain steps after
+        it (where that is worth pricing); nothing while a drafting run goes on."""
+        if self.answer.plain_since_draft == 0:
+            return 0.0
+        excess = sum(self.pair.return_excess)
+        return excess if excess > self.tuning.return_significant * self.costs.target.estimate(1) else 0.0
+
+    def _trial(self, options: list[Choice], best: Choice, view: StepView) -> tuple[Choice, bool]:
+        """A drafter that is never chosen is never measured: the draft model is tried early
+        for a few steps, and now and then later, while its best case could beat the choice.
+        (Lookup proposals are judged for free at every step anyway.)"""
+        answer, t = self.answer, self.tuning
+        for option in options:
+            name = option.drafter
+            if name != "model" or name == best.drafter or answer.bans.banned(name, answer.steps):
+                continue
+            early = (answer.steps >= 2 and self.stats.model_steps < t.early_trials) or (
+                answer.steps >= t.settle_steps and not answer.draft_synced
+            )
+            due = answer.steps - answer.last_used.get(name, 0) >= answer.explore_every
+            if (early or due) and self._could_win(best, view.remaining) and self._affordable_trial():
+                # A trial drafts a fixed γ with no early stop: cut short by a pessimistic
+                # calibration it would only confirm that the draft's first token is right.
+                gamma = max(1, min(t.trial_gamma, view.budget, self.gamma_cap or t.trial_gamma))
+                return Choice(name, gamma, option.rate, option.expected, option.seconds), True
+        return best, False
+
+    def _affordable_trial(self) -> bool:
+        """What a trial risks is what the answer so far can repay: its switch (the draft
+        reading the prompt) and what its step costs beyond a plain step where its first
+        token fails must fit in the answer's risk budget (what drafting saved in it, plus
+        a share of its plain time counted over at least ``trial_risk_tokens``). A trial
+        that only a long answer could repay does not run in a short one."""
+        answer, t, costs = self.answer, self.tuning, self.costs
+        plain = pricing.plain_seconds(costs)
+        step_s = pricing.trial_seconds(t, costs, answer.catch_up_s, answer.switch_s)
+        risk = answer.switch_s + step_s - plain
+        return risk <= pricing.risk_budget(t, answer.saved_s, answer.tokens, plain, t.trial_risk_tokens)
+
+    def _note_idle(self, plain: Choice, options: list[Choice]) -> None:
+        """Count plans in a row where no drafting option came within ``idle_ratio`` of
+        plain decoding; after n ≥ 2 of them, the next min(2^(n-2), max_idle) steps skip
+        planning. (The draft's best case is priced only where the lookups are out of the
+        running.)"""
+        answer, t = self.answer, self.tuning
+        closest = max((c.rate for c in options[1:]), default=0.0)
+        if closest < plain.rate * t.idle_ratio and not (
+            "model" in self.allowed and self._best_case_rate() > plain.rate
+        ):
+            answer.idle += 1
+            if answer.idle >= 2:
+                answer.idle_until = answer.steps + 1 + min(2 ** (answer.idle - 2), t.max_idle)
+        else:
+            answer.idle = 0
+
+    def _could_win(self, best: Choice, remaining: int) -> bool:
+        """Is a trial of the draft model worth its price? Its steps must beat ``best`` at
+        near-perfect acceptance, and what that would save over the rest of the answer must
+        outweigh the switch (the catch-up: the prompt, the first time) at ``trial_odds``:
+        the switch is paid for sure, the saving only if the draft turns out to pay. Where
+        the draft reads a prompt in a blink (a GPU) trials always pass; a long prompt for a
+        short answer on a CPU is not worth the gamble."""
+        optimistic = self._best_case_rate()
+        if optimistic <= best.rate:
+            return False
+        saving = remaining * (1.0 / best.rate - 1.0 / optimistic)
+        return saving > self.tuning.trial_odds * self.answer.switch_s
+
+    def _best_case_rate(self) -> float:
+        """A trial's step of the draft model at its best case. Before the draft has drafted
+        in this answer (and in the first trials ever) that is a near-perfect draft: this
+        answer's text may suit it far better than the last one's. After that, what it
+        showed bounds it, so a draft that keeps failing here is not tried again."""
+        answer, t = self.answer, self.tuning
+        best_case = t.optimistic
+        if answer.draft_synced and self.stats.model_steps >= t.early_trials:
+            best_case = min(t.optimistic, self.stats.model_upper(t.trial_doubt))
+        return pricing.trial_rate(t, self.costs, best_case, answer.catch_up_s, answer.switch_s)
+
+    def _keep_going(self, i: int, confidence: float) -> bool:
+        """Draft token i (0-based) has confidence ``confidence``: include it? Token 0 always
+        is. Token i is included only if what it adds in expectation, per second it costs
+        (one more verified position, and the draft decode that follows it), beats the
+        expected rate of the step as it stands."""
+        step = self.step
+        p_new = step.included_p * self.stats.model_acceptance(confidence, optimistic=True)
+        if i > 0:
+            target, per_draft = self.costs.target, self.costs.draft.estimate(1)
+            seconds = step.first_draft_s + i * per_draft + target.estimate(i + 1) + self.costs.overhead
+            marginal = target.estimate(i + 2) - target.estimate(i + 1) + per_draft
+            if p_new / max(marginal, 1e-6) < step.expected / seconds:
+                return False
+        step.included_p = p_new
+        step.expected += p_new
+        return True
+
+    # -- learning -------------------------------------------------------------------------
+
+    def observe(self, outcome: StepOutcome) -> None:
+        # A catch-up decode (the prompt prefill, or a return after steps of other options
+        # or after a ban) is a cost of switching to the draft model, priced when it is
+        # chosen: counted in what drafting realizes, a return after a ban would make the
+        # draft look worse and be banned again, longer.
+        prefill_s = sum(s for size, s in outcome.draft.decodes if size > self.tuning.prefill_batch)
+        self.answer.draft_synced = self.answer.draft_synced or outcome.drafter == "model"
+        step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
+        self._learn_realized(outcome, step_s)
+        self._learn_costs(outcome)
+        if outcome.drafter == "model":
+            self._learn_model(outcome)
+        self._judge_open_proposals(outcome.new_tokens)
+
+    def _learn_realized(self, outcome: StepOutcome, step_s: float) -> None:
+        """What the step delivered: the option's realized rate (a trial is not what the
+        draft model would be chosen to do, so it is left out), what drafting saved in this
+        answer, the calibration of a lookup's prediction, and a ban where the option's
+        steps fall short of plain decoding."""
+        answer, chosen = self.answer, self.step.chosen
+        if not self.step.exploring:
+            answer.realized.observe(
+                outcome.drafter, outcome.accepted + 1, step_s, outcome.gamma, outcome.accepted
+            )
+        answer.tokens += outcome.accepted + 1
+        answer.passes += 1
+        if outcome.gamma:
+            answer.saved_s += (outcome.accepted + 1) * pricing.plain_seconds(self.costs) - step_s
+        if chosen is not None and chosen.drafter == outcome.drafter and outcome.drafter in LOOKUP_DRAFTERS:
+            answer.realized.calibrate(outcome.drafter, chosen.expected - 1.0, outcome.accepted)
+        if outcome.drafter != "none" and outcome.drafter not in answer.bans.until:
+            plain = answer.realized.rate("none")
+            if plain is None:
+                plain = 1.0 / pricing.plain_seconds(self.costs)
+            answer.bans.check(outcome.drafter, answer.steps, answer.realized, plain)
+
+    def _learn_costs(self, outcome: StepOutcome) -> None:
+        """The step's costs: its Python, its target pass (and, right after drafting, what a
+        return to plain decoding costs beyond a plain step), the draft's decodes."""
+        answer, costs = self.answer, self.costs
+        costs.observe_overhead(outcome.overhead_s, plain=outcome.gamma == 0)
+        size = outcome.gamma + 1
+        if size == 1 and answer.plain_since_draft < 2:
+            # Signed: on a CPU a slow step and a fast one cancel, where clipping at zero
+            # would add their noise up into a price.
+            i = answer.plain_since_draft
+            excess = outcome.verify_s - costs.target.estimate(1)
+            answer.saved_s -= excess  # (what the drafting before it cost these steps)
+            ema = self.tuning.return_ema
+            self.pair.return_excess[i] = (1 - ema) * self.pair.return_excess[i] + ema * excess
+        costs.target.observe(size, outcome.verify_s, repeated=size == answer.last_size)
+        answer.plain_since_draft = 0 if size > 1 else min(answer.plain_since_draft + 1, 2)
+        answer.last_size = size
+        for k, seconds in outcome.draft.decodes:
+            costs.draft.observe(k, seconds)
+
+    def _learn_model(self, outcome: StepOutcome) -> None:
+        """The draft model's judged tokens; a trial is judged by its first token: a draft
+        that pays on two tokens a step often fails a trial's longer draft later on, one
+        that does not pays on none."""
+        self.stats.observe_model(outcome.draft.confidences, outcome.accepted)
+        if self.step.exploring:
+            t = self.tuning
+            failed = outcome.accepted == 0
+            self.answer.explore_every = (
+                min(2 * self.answer.explore_every, t.max_explore_every) if failed else t.explore_every
+            )
+
+    def _judge_open_proposals(self, committed: list[int]) -> None:
+        """Each committed token confirms or refutes the next token of every open lookup
+        proposal: free, counterfactual evidence of how lookup drafts would fare (exact
+        under greedy decoding; under sampling, a match happens with the probability an
+        accepted one-hot draft has)."""
+        answer, t = self.answer, self.tuning
+        for token in committed:
+            for proposal in list(answer.open):
+                hit = proposal.tokens[proposal.judged] == token
+                crossing = proposal.crossings is not None and bool(proposal.crossings[proposal.judged])
+                self.stats.lookup[proposal.drafter].observe(
+                    proposal.match_len + proposal.judged, hit, crossing=crossing, agreement=proposal.agreement
+                )
+                proposal.judged += 1
+                if hit and proposal.judged == t.confirming_run:
+                    answer.bans.confirmed(proposal.drafter)  # new evidence: it copies right again
+                if hit and proposal.judged == t.waking_run:
+                    answer.idle, answer.idle_until = 0, 0  # a copy holds: look at every step again
+                if not hit or proposal.judged == len(proposal.tokens):
+                    answer.open.remove(proposal)

@@ -1,0 +1,137 @@
+"""Pricing: what each way of taking the next step is expected to yield, as pure functions.
+
+* plain decoding (γ = 0): 1 token for one single-token target pass;
+* each lookup drafter: its proposal (free to compute) with γ chosen so that
+  E[tokens] / (T(γ+1) + overhead) is largest, E from the measured acceptance of that
+  drafter's drafts with the same match length;
+* the draft model: catch-up decode + (γ−1) draft decodes + T(γ+1).
+
+A draft longer than one token risks only what the answer can afford: what drafting has
+saved in it so far plus a small share of its plain decoding time. On a steep CPU, where a
+failed 16-token draft costs ten plain steps, an answer drafts long only once its copies
+have paid for the bet; on a GPU the bound never binds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgespec.decoding.auto.tuning import Tuning
+from edgespec.decoding.costs import CostModel
+from edgespec.decoding.policy import LINE_BREAK, StepView
+
+
+@dataclass(frozen=True)
+class Choice:
+    drafter: str
+    gamma: int
+    rate: float  # expected tokens per second
+    expected: float  # expected tokens from the step
+    seconds: float  # expected seconds of the step
+
+
+def verify_seconds(costs: CostModel, gammas: np.ndarray) -> np.ndarray:
+    """Seconds to verify each γ in ``gammas``: the target pass over γ+1 tokens and the
+    drafting step's Python."""
+    table = costs.target.table()
+    return table[np.minimum(gammas + 1, len(table) - 1)] + costs.overhead
+
+
+def plain_seconds(costs: CostModel) -> float:
+    """A plain step: one single-token pass and a plain step's own Python (a drafting
+    step's lookups and pricing cost several times more: priced alike, plain decoding
+    looked slower than it is wherever a step is short, on a GPU)."""
+    return costs.target.estimate(1) + costs.plain_overhead
+
+
+def risk_budget(
+    tuning: Tuning, saved_s: float, answer_tokens: int, plain_s: float, floor_tokens: int | None = None
+) -> float:
+    """The most a draft longer than one token may add to a step whose first token fails:
+    what drafting saved in this answer, plus a share of its plain decoding time (counted
+    over at least ``floor_tokens``, by default ``risk_tokens``)."""
+    floor = tuning.risk_tokens if floor_tokens is None else floor_tokens
+    return saved_s + tuning.risk_share * plain_s * max(answer_tokens, floor)
+
+
+def best_gamma(
+    drafter: str,
+    accept: np.ndarray,
+    verify_row: np.ndarray,
+    fixed_cost: float,
+    per_draft: float,
+    *,
+    calibration: float = 1.0,
+    fixed_gamma: int | None = None,
+    risk: float = 0.0,
+) -> Choice:
+    """The best γ for a drafter whose i-th draft is accepted with chance accept[i], at
+    ``fixed_cost`` + ``per_draft`` × (γ − 1) seconds of drafting, with ``verify_row[γ-1]``
+    the seconds to verify γ drafts. Only γ whose worst case fits in ``risk`` are priced
+    (unless the user fixed γ). Runs for every option at every planned step: the arrays are
+    the length of the proposal."""
+    longest = len(accept) if fixed_gamma is None else min(fixed_gamma, len(accept))
+    if fixed_gamma is None:
+        worst = verify_row[:longest] - verify_row[0]
+        if per_draft:
+            worst = worst + per_draft * np.arange(longest)
+        too_dear = worst > max(risk, 0.0)
+        if too_dear.any():
+            longest = int(too_dear.argmax())
+    if longest < 1:
+        return Choice(drafter, 0, 0.0, 1.0, 1.0)
+    # expected_tokens(accept)[γ] - 1, without building the γ = 0 entry
+    extra = np.cumsum(np.cumprod(accept[:longest]))
+    if fixed_gamma is None:
+        seconds = verify_row[:longest]
+    else:
+        extra, seconds = extra[longest - 1 : longest], verify_row[longest - 1 : longest]
+    if fixed_cost:
+        seconds = seconds + fixed_cost
+    if per_draft:  # γ − 1 draft decodes after the first
+        seconds = seconds + per_draft * np.arange(longest - len(seconds), longest)
+    expected = 1.0 + calibration * extra
+    rates = expected / seconds
+    i = int(rates.argmax())
+    gamma = i + 1 if fixed_gamma is None else longest
+    return Choice(drafter, gamma, float(rates[i]), float(expected[i]), float(seconds[i]))
+
+
+def crossings(view: StepView, proposal: list[int]) -> np.ndarray | None:
+    """Which proposed tokens sit at a boundary of the source: a token that breaks the
+    line, or the first one after a sentence or line end. A token that ends a sentence
+    with its punctuation alone ("." in "80 percent.") is copied as readily as any
+    other; one that carries a line break is not."""
+    if view.boundaries is None:
+        return None
+    if view.context:
+        kinds = np.array(view.boundaries([view.context[-1], *proposal]))
+    else:
+        kinds = np.array([0, *view.boundaries(proposal)])
+    return (kinds[:-1] != 0) | (kinds[1:] == LINE_BREAK)
+
+
+def trial_seconds(tuning: Tuning, costs: CostModel, catch_up_s: float, switch_s: float) -> float:
+    """Seconds of a trial's step of the draft model, its switch (a prompt prefill) aside."""
+    gamma = tuning.trial_gamma
+    table = costs.target.table()
+    verify_s = float(table[min(gamma + 1, len(table) - 1)]) + costs.overhead
+    step_s = verify_s + catch_up_s - switch_s
+    return step_s + costs.draft.estimate(1) * (gamma - 1)
+
+
+def trial_rate(
+    tuning: Tuning, costs: CostModel, best_case: float, catch_up_s: float, switch_s: float
+) -> float:
+    """Tokens per second of a trial's step of the draft model at acceptance ``best_case``
+    per token (its switch cost aside)."""
+    gamma = tuning.trial_gamma
+    step_s = trial_seconds(tuning, costs, catch_up_s, switch_s)
+    # expected_tokens(np.full(gamma, best_case))[-1], in scalars: this runs at every plan
+    expected, p = 0.0, 1.0
+    for _ in range(gamma):
+        p *= best_case
+        expected += p
+    return (1.0 + expected) / max(step_s, 1e-9)

@@ -1,0 +1,111 @@
+"""The controller's state, by lifetime: a pair's across answers, an answer's, a step's."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgespec.decoding.auto.pricing import Choice
+from edgespec.decoding.auto.realized import Bans, RealizedRates
+from edgespec.decoding.auto.stats import AcceptanceStats
+from edgespec.decoding.auto.tuning import DEFAULT, Tuning
+from edgespec.decoding.costs import CostModel, load_or_measure
+from edgespec.decoding.drafters import LOOKUP_DRAFTERS
+from edgespec.runtime.model import Model
+
+
+class PairState:
+    """What the controller knows about one loaded pair on this machine, carried from one
+    answer to the next: the cost model, the acceptance statistics, and what a return to
+    plain decoding costs (a property of the machine, not of the text). Its owner (the API
+    object that loaded the pair) creates it once and hands it to every adaptive policy."""
+
+    def __init__(self, costs: CostModel, tuning: Tuning = DEFAULT, stats: AcceptanceStats | None = None):
+        self.costs = costs
+        self.tuning = tuning
+        self.stats = stats or AcceptanceStats(tuning)
+        # What the first and the second plain step after drafting cost beyond a plain step.
+        self.return_excess = [0.0, 0.0]
+
+    @classmethod
+    def prepare(
+        cls, target: Model, draft: Model | None, k_max: int, *, quiet: bool = False, tuning: Tuning = DEFAULT
+    ) -> PairState:
+        """Costs from the profile kept on disk for this pair and machine when it can be
+        trusted, else measured now (a progress bar unless ``quiet``)."""
+        return cls(load_or_measure(target, draft, k_max, quiet=quiet), tuning)
+
+    def begin_answer(self) -> None:
+        """A new answer starts: only a share of the drafters' evidence carries into it."""
+        self.stats.soften(self.tuning.carry_over)
+
+    def check_costs(self) -> list[int]:
+        """Sizes whose costs seen while generating disagree with the profile's shape; the
+        profile is then marked so that the next load measures it again."""
+        sizes = self.costs.target.disagrees()
+        if sizes:
+            self.costs.mark_stale()
+        return sizes
+
+
+@dataclass
+class OpenProposal:
+    """A lookup proposal, used or not, judged token by token against the committed text."""
+
+    drafter: str
+    match_len: int
+    tokens: list[int]
+    crossings: np.ndarray | None = None  # token i follows a sentence or line end
+    agreement: int = 0  # 1: another lookup proposed the same first token
+    judged: int = 0
+
+
+@dataclass
+class AnswerState:
+    """One answer's running state: its steps, what drafting saved in it, its bans and
+    realized rates, the lookup proposals still being judged, the trial schedule."""
+
+    tuning: Tuning
+    steps: int = 0
+    saved_s: float = 0.0  # what drafting saved over plain steps (negative: lost)
+    tokens: int = 0  # tokens and target passes so far
+    passes: int = 0
+    draft_synced: bool = False  # the draft model has drafted (so read its prompt)
+    # The draft model's catch-up and, of it, the switch (a prompt prefill), as last priced.
+    catch_up_s: float = 0.0
+    switch_s: float = 0.0
+    # Steps between trials: every trial pays a catch-up, so one whose draft failed at once
+    # makes the next wait twice as long (a translation the draft cannot do).
+    explore_every: int = 0
+    last_used: dict[str, int] = field(default_factory=dict)  # drafter -> step it last drafted
+    idle: int = 0  # plans in a row where nothing came near paying
+    idle_until: int = 0  # first step planned again
+    plain_since_draft: int = 2  # plain steps since the last drafting step, up to 2
+    last_size: int = 0  # tokens of the last target pass (see CostCurve.observe)
+    open: deque[OpenProposal] = field(init=False)
+    realized: RealizedRates = field(init=False)
+    bans: Bans = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.explore_every = self.explore_every or self.tuning.explore_every
+        self.open = deque(maxlen=self.tuning.open_proposals * len(LOOKUP_DRAFTERS))
+        self.realized = RealizedRates(self.tuning)
+        self.bans = Bans(self.tuning)
+
+    def pace(self) -> float:
+        """Tokens per target pass this answer has made so far (1 before any step)."""
+        return self.tokens / self.passes if self.passes else 1.0
+
+
+@dataclass
+class StepScratch:
+    """What one plan leaves for its own step: the choice (judged when the step is
+    observed) and the running sums of the draft model's early stop."""
+
+    chosen: Choice | None = None
+    exploring: bool = False  # the step is a trial of the draft model
+    expected: float = 1.0  # expected tokens of the model draft being built
+    included_p: float = 1.0  # chance that every draft included so far is accepted
+    first_draft_s: float = 0.0  # the draft's first decode (its catch-up)

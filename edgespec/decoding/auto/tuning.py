@@ -1,0 +1,72 @@
+"""Every tuning value of the adaptive controller, in one frozen structure.
+
+Tests and replays pass another instance (``dataclasses.replace(DEFAULT, ...)``) instead of
+patching module constants. Why each value is what it is, with the measurements behind it,
+is written down in docs/controller.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tuning:
+    # -- the draft model's acceptance ------------------------------------------------------
+    model_decay: float = 0.96  # per judged token: its acceptance follows the last two dozen
+    model_prior: float = 0.6  # per-token acceptance before any evidence
+    model_pseudo: float = 2.0  # judged tokens the prior is worth
+    confidence_ema: float = 0.1  # weight of a new token in the confidence calibration
+    confidence_buckets: int = 10  # buckets of the draft's confidence, calibrated apart
+    model_gain: float = 1.04  # expected speed-up the draft model needs over plain decoding
+    # -- the lookup drafters' acceptance ---------------------------------------------------
+    # Effective match lengths pooled into roughly geometric buckets (1, 2, 3, 4-5, 6-8, …):
+    # a copy's chance to go on changes fast over its first tokens and slowly after.
+    length_edges: tuple[int, ...] = (1, 2, 3, 4, 6, 9, 13, 19, 27, 41, 61, 91)
+    lookup_prior: float = 0.3  # acceptance of a one-token match before any evidence
+    agreement_levels: int = 2  # a proposal alone, or one whose first token another lookup shares
+    cross_prior: float = 0.5  # chance a copy goes on past a sentence or line end, before evidence
+    cross_pseudo: float = 2.0
+    cross_decay: float = 0.9  # boundaries are rarer than tokens: remember the last ten or so
+    pseudo: float = 1.0  # pseudo-observations pulling a length bucket toward the one below
+    decay: float = 0.97  # per observation: a bucket remembers its last few dozen judgements
+    caution: float = 1.0  # standard deviations taken off thinly supported estimates
+    open_proposals: int = 8  # recent proposals per lookup judged against the committed text
+    min_gain: float = 1.08  # expected speed-up a lookup option needs over plain decoding
+    # -- realized rates and bans -----------------------------------------------------------
+    realized_decay: float = 0.85  # per step of an option: its realized rate follows the last ten
+    realized_evidence: float = 2.5  # decayed steps before a realized rate is trusted
+    realized_margin: float = 0.98  # below this share of plain decoding's rate an option loses
+    realized_doubt: float = 1.0  # ... by more than this many standard errors of its tokens a step
+    realized_spread: float = 1.0  # squared tokens of spread a step has before evidence
+    ban_steps: int = 12  # steps a losing option is left out the first time; doubled per ban
+    max_ban: int = 192
+    confirming_run: int = 8  # a banned lookup whose proposal holds this long is let back
+    calibration_decay: float = 0.9  # per chosen step: the last ten or so count
+    calibration_pseudo: float = 3.0  # tokens of evidence that predictions were right, before any
+    carry_over: float = 0.2  # share of the drafters' evidence a new answer starts with
+    # -- trials of the draft model ---------------------------------------------------------
+    explore_every: int = 24  # steps between trials of a drafter that is not being chosen
+    max_explore_every: int = 96  # ... doubled after each trial whose first token failed, up to this
+    prefill_batch: int = 4  # a draft decode of more tokens than this is a catch-up, not drafting
+    early_trials: int = 3  # draft-model steps tried early where its best case could pay
+    settle_steps: int = 5  # steps before the draft model reads a new prompt (but early trials)
+    optimistic: float = 0.9  # per-token acceptance of the draft model's best case
+    trial_doubt: float = 1.0  # standard errors above its measured acceptance, once it drafted
+    return_steps: int = 4  # model steps that share the catch-up of a return to the draft model
+    trial_odds: float = 2.0  # a trial must promise this multiple of its switch cost
+    trial_gamma: int = 4  # tokens a trial drafts
+    trial_risk_tokens: int = 16  # a trial risks risk_share of the answer's plain time over at least this
+    # -- skipping the pricing where nothing pays -------------------------------------------
+    idle_ratio: float = 0.85  # no drafting option within this share of plain decoding's rate
+    max_idle: int = 8  # most steps skipped in a row
+    waking_run: int = 2  # tokens in a row a looked-at proposal gets right to end the skipping
+    # -- what a long draft may risk --------------------------------------------------------
+    risk_share: float = 0.03  # of the answer's plain time, beyond what drafting saved in it
+    risk_tokens: int = 64  # ... counted over at least this many tokens
+    # -- the return to plain decoding (GPUs) -----------------------------------------------
+    return_significant: float = 0.1  # priced above this share of a single-token pass
+    return_ema: float = 0.3
+
+
+DEFAULT = Tuning()

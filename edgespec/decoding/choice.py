@@ -1,0 +1,93 @@
+"""The one place that turns a user's (drafter, γ) into a policy, with one default
+(``auto`` for both) and one validation, shared by the Python API, the CLI, the server and
+the app."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
+
+from edgespec.decoding.drafters import AUTO, CHOICES, NONE, REGISTRY
+from edgespec.decoding.policy import FixedPolicy, Policy
+from edgespec.errors import EdgespecError
+
+if TYPE_CHECKING:
+    from edgespec.decoding.auto import PairState
+
+# The longest draft verified in one pass: a long verbatim copy pays more the further it is
+# drafted (a pass over 64 tokens costs far less than 64 single passes even on a CPU), and
+# llama.cpp keeps a logits row per verified token, so the bound also bounds that buffer.
+MAX_GAMMA = 64
+DEFAULT_DRAFTER = AUTO
+DEFAULT_GAMMA: int | str = AUTO
+
+
+class ChoiceError(EdgespecError):
+    """A drafter or γ that cannot be used; ``param`` names the field at fault."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def parse_gamma(value: object) -> int | str:
+    """γ as given on a command line or in a request body: 'auto' or a whole number."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, bool):
+        raise ChoiceError(f"gamma must be 'auto' or a whole number (got {value!r})", "gamma")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise ChoiceError(f"gamma must be 'auto' or a whole number (got {value!r})", "gamma")
+
+
+def check_choice(
+    drafter: object, gamma: object, *, has_draft: bool, max_gamma: int = MAX_GAMMA
+) -> tuple[str, int | str]:
+    """(drafter, γ) validated: a known drafter, the draft model only where one is loaded,
+    γ 'auto' or 0..max_gamma. Every refusal is one line naming the field."""
+    if not isinstance(drafter, str) or drafter not in CHOICES:
+        raise ChoiceError(f"unknown drafter {drafter!r}; choose one of {', '.join(CHOICES)}", "drafter")
+    if drafter in REGISTRY and REGISTRY[drafter].kind == "model" and not has_draft:
+        raise ChoiceError(f"drafter '{drafter}' needs a draft model, and none is loaded", "drafter")
+    gamma = parse_gamma(gamma)
+    if gamma != AUTO:
+        assert isinstance(gamma, int)
+        if gamma < 0:
+            raise ChoiceError(f"gamma must be 'auto' or from 0 to {max_gamma} (got {gamma})", "gamma")
+        if gamma > max_gamma:
+            raise ChoiceError(
+                f"gamma {gamma} is more than the {max_gamma} tokens verified in one pass at most", "gamma"
+            )
+    return drafter, gamma
+
+
+def make_policy(
+    drafter: object,
+    gamma: object,
+    *,
+    loaded: Collection[str],
+    max_gamma: int,
+    pair_state: Callable[[], PairState],
+) -> Policy:
+    """The policy for ``--drafter X --gamma Y`` over the drafters ``loaded``: a fixed one
+    when neither is auto, else the adaptive controller, which learns into the pair's state
+    (``pair_state`` is called only then: it may measure the cost profile first)."""
+    drafter, gamma = check_choice(drafter, gamma, has_draft="model" in loaded, max_gamma=max_gamma)
+    if drafter != AUTO and gamma != AUTO:
+        return FixedPolicy(drafter, int(gamma))
+    from edgespec.decoding.auto import AdaptivePolicy
+
+    if drafter == AUTO:
+        names = tuple(name for name in REGISTRY if name in loaded)
+    elif drafter == NONE:
+        names = ()
+    else:
+        names = (drafter,)
+    fixed = None if gamma == AUTO else int(gamma)
+    return AdaptivePolicy(pair_state(), names, gamma_cap=max_gamma, fixed_gamma=fixed)

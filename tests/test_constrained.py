@@ -1,0 +1,78 @@
+"""Constrained decoding through the real engine: under a grammar (a JSON schema's, or
+GBNF), every drafter gives target-only's constrained answer token for token, the answer
+follows the grammar, and a draft token the grammar forbids is never verified."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgespec.api import settings_from
+from edgespec.decoding.constrained import Constraint, best_allowed
+from edgespec.decoding.events import Done
+from edgespec.decoding.grammar import GrammarSpec, GrammarState, constrained_argmax, schema_grammar
+from edgespec.errors import EdgespecError
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "city": {"type": "string"},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["name", "city", "age", "tags"],
+}
+PROMPT = (
+    "Extract the person as JSON with keys name, city, age and tags.\n\n"
+    "Margaret Okafor, 41, moved from Leeds to Porto last spring; she teaches cello and "
+    "runs a small bakery. Tags: musician, baker, teacher."
+)
+
+
+def answer(pair, drafter, gamma, **settings) -> Done:
+    events = list(pair.stream(PROMPT, chat=True, drafter=drafter, gamma=gamma, max_tokens=64, **settings))
+    return events[-1]
+
+
+@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 8), ("copy", 12), ("model", 3), ("auto", "auto")])
+def test_every_drafter_gives_the_constrained_target_answer(pair, drafter, gamma):
+    want = answer(pair, "none", 0, json_schema=SCHEMA)
+    got = answer(pair, drafter, gamma, json_schema=SCHEMA)
+    assert got.token_ids == want.token_ids
+    record = json.loads(want.text)
+    assert set(record) == {"name", "city", "age", "tags"} and isinstance(record["age"], int)
+    assert want.text == json.dumps(record, separators=(",", ":"), ensure_ascii=False)  # compact
+
+
+def test_json_object_mode_and_the_length_limit(pair):
+    done = answer(pair, "auto", "auto", json_object=True)
+    assert isinstance(json.loads(done.text), dict)
+    cut = list(pair.stream(PROMPT, chat=True, max_tokens=5, json_schema=SCHEMA))[-1]
+    assert cut.stop_reason == "max_tokens" and cut.text.startswith("{")
+
+
+def test_a_draft_stops_at_its_first_forbidden_token(pair):
+    constraint = Constraint(pair.target, GrammarSpec(schema_grammar(SCHEMA)))
+    good = pair.target.tokenize('{"name":"Margaret', add_special=False)
+    prose = pair.target.tokenize("Margaret Okafor", add_special=False)
+    assert constraint.allowed_prefix(good) == len(good)
+    assert constraint.allowed_prefix(prose) == 0
+    assert constraint.allowed_prefix(good[:2] + prose) == 2
+    constraint.commit(good[:1])  # the state moves with the committed text only
+    assert constraint.allowed_prefix(good[1:]) == len(good) - 1
+
+
+def test_best_allowed_is_the_masked_argmax(pair):
+    state = GrammarState(pair.target, GrammarSpec(schema_grammar(SCHEMA)))
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        row = rng.normal(0, 3, pair.target.n_vocab).astype(np.float32)
+        assert best_allowed(state, row) == constrained_argmax(state, row) == int(np.argmax(state.mask(row)))
+
+
+def test_one_constraint_at_a_time():
+    with pytest.raises(EdgespecError, match="one constraint"):
+        settings_from(json_object=True, json_schema=SCHEMA)

@@ -1,0 +1,126 @@
+"""The cost curves and the cost model (edgespec.decoding.costs), fed synthetic timings: how
+they interpolate, learn while generating, and tell a profile whose shape is wrong. (The
+profile measured on a real model and kept on disk: tests/test_profile.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from synthetic_costs import CPU_TARGET, costs, plan, policy
+
+from edgespec.decoding.costs import CostCurve, implausible
+
+
+def test_cost_curve_interpolates_and_learns():
+    curve = CostCurve(33)
+    assert np.isnan(curve.estimate(3))
+    curve.set(1, 0.04)
+    assert curve.estimate(4) == pytest.approx(0.16)  # one point: proportional
+    curve.set(5, 0.2)
+    assert curve.estimate(3) == pytest.approx(0.12)
+    assert curve.estimate(9) == pytest.approx(0.36)  # extrapolated along the last segment
+    curve.observe(5, 0.3)
+    assert 0.2 < curve.estimate(5) < 0.3
+
+
+def test_a_size_seen_online_beside_the_last_does_not_make_long_catch_ups_dear():
+    """The draft's profile has 1, 2, 4 and 65 tokens; a catch-up of 64 seen online, a little
+    cheaper than the profile's 65, must not turn the extrapolation for a 300-token prompt
+    into the slope between 64 and 65 (which priced a prompt at 15 s instead of 3)."""
+    curve = CostCurve(65)
+    for k, seconds in {1: 0.031, 2: 0.046, 4: 0.070, 65: 0.684}.items():
+        curve.set(k, seconds)
+    curve.observe(64, 0.55)
+    assert curve.estimate(65) == pytest.approx(0.684, rel=0.05)
+    assert curve.estimate(300) <= curve.estimate(65) / 65 * 300 * 1.01
+    assert curve.estimate(300) > curve.estimate(65)
+
+
+def test_a_machine_that_slows_down_does_not_make_drafting_look_cheap():
+    """Only single-token passes are observed while the machine runs 3× slower: every batch
+    size must be re-priced alike, so plain decoding stays the choice."""
+    model = costs(CPU_TARGET, draft_ms=22)
+    adaptive = policy(model, ("model",), gamma_cap=8)
+    adaptive.stats.model = 0.6  # the draft is right 60 % of the time, as measured here
+    ratio_before = model.target.estimate(5) / model.target.estimate(1)
+    for _ in range(20):
+        model.target.observe(1, 3 * CPU_TARGET[1] / 1000)
+    assert model.target.estimate(1) == pytest.approx(3 * CPU_TARGET[1] / 1000, rel=0.05)
+    assert model.target.estimate(5) / model.target.estimate(1) == pytest.approx(ratio_before, rel=0.05)
+    assert plan(adaptive, [1, 2, 3]).drafter == "none"
+
+
+def test_batches_dearer_than_the_profile_reprice_every_batch_size():
+    """Answers pay 40 % more than the profile for 5-token passes while single tokens cost
+    what it says: sizes never verified must be re-priced too (not one size at a time), and
+    a single token must not be."""
+    curve = CostCurve(17)
+    for k, ms in CPU_TARGET.items():
+        curve.set(k, ms / 1000)
+    curve.freeze_baseline()
+    for _ in range(12):
+        curve.observe(5, 1.4 * CPU_TARGET[5] / 1000)
+        curve.observe(1, CPU_TARGET[1] / 1000)
+    assert curve.estimate(5) == pytest.approx(1.4 * CPU_TARGET[5] / 1000, rel=0.1)
+    assert curve.estimate(1) == pytest.approx(CPU_TARGET[1] / 1000, rel=0.05)
+    for k in (2, 9, 17):  # never observed
+        assert curve.estimate(k) > 1.15 * CPU_TARGET[k] / 1000, k
+    # and the factor is learned back when batches turn cheap again
+    for _ in range(60):
+        curve.observe(5, CPU_TARGET[5] / 1000)
+        curve.observe(1, CPU_TARGET[1] / 1000)
+    assert curve.estimate(9) == pytest.approx(CPU_TARGET[9] / 1000, rel=0.05)
+
+
+def test_repeated_passes_cheaper_than_the_profile_do_not_make_it_stale():
+    """On a GPU a pass after another of the same size reuses llama.cpp's graph and costs
+    less than the profile, which times every size after plain steps. Runs of equal drafts
+    still teach the estimates, but only passes after another size can show that the
+    profile's shape is wrong."""
+
+    def answer(repeated: bool) -> CostCurve:
+        curve = CostCurve(17)
+        for k, ms in CPU_TARGET.items():
+            curve.set(k, ms / 1000)
+        curve.freeze_baseline()
+        for _ in range(12):
+            curve.observe(1, CPU_TARGET[1] / 1000)
+            curve.observe(5, 0.5 * CPU_TARGET[5] / 1000, repeated=repeated)
+        return curve
+
+    assert answer(repeated=False).disagrees() == [5]
+    repeated = answer(repeated=True)
+    assert repeated.disagrees() == []
+    assert repeated.estimate(5) < 0.75 * CPU_TARGET[5] / 1000  # learned all the same
+
+
+def test_a_gpu_profile_is_plausible_and_a_falling_one_is_not():
+    """Costs measured on an H200 (ms): after single tokens, 2 tokens cost 2.75 single ones."""
+    assert implausible({1: 1.81, 2: 4.98, 3: 5.0, 5: 4.22, 9: 5.33, 17: 5.85}) is None
+    assert implausible({1: 57.0, 2: 100.0, 3: 131.0, 4: 30.0}) == "4 tokens priced at 0.23× of 3 tokens"
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from edgespec.decoding.costs import write_atomically
+path, tag = Path(sys.argv[1]), sys.argv[2]
+for i in range(300):
+    write_atomically(path, '{"writer": "%s", "i": %d, "pad": "%s"}' % (tag, i, "x" * 20000))
+"""
+
+
+def test_two_processes_writing_a_profile_at_once_leave_a_valid_file(tmp_path):
+    path = tmp_path / "costs" / "profile.json"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag]) for tag in ("a", "b")]
+    seen = set()
+    while any(w.poll() is None for w in writers):
+        if path.exists():
+            seen.add(json.loads(path.read_text())["writer"])  # never half written
+    assert all(w.wait() == 0 for w in writers)
+    assert json.loads(path.read_text())["i"] == 299
+    assert not list(path.parent.glob("*.tmp")), "no temporary file may be left behind"

@@ -1,0 +1,60 @@
+"""Log-probabilities and penalties through the real engine on the real pair: whatever
+drafts, the tokens are target-only's under the same settings, and each token's
+log-probability is the target's own at its position (a batched verification computes the
+same row a single-token pass does, up to float rounding)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from edgespec.decoding.events import Done, Token
+
+PROMPT = "Repeat this list exactly, twice: apple, banana, cherry, plum, apple, banana, cherry, plum."
+PENALIZED = {"presence_penalty": 0.4, "frequency_penalty": 0.3, "repeat_penalty": 1.15, "repeat_last_n": 32}
+
+
+def run(pair, drafter: str, gamma, **settings) -> tuple[list[Token], Done]:
+    events = list(pair.stream(PROMPT, chat=True, drafter=drafter, gamma=gamma, max_tokens=28, **settings))
+    return [e for e in events if isinstance(e, Token)], events[-1]
+
+
+@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 4), ("copy", 8), ("model", 3), ("auto", "auto")])
+def test_logprobs_equal_target_only(pair, drafter, gamma):
+    want_tokens, want = run(pair, "none", 0, logprobs=3)
+    got_tokens, got = run(pair, drafter, gamma, logprobs=3)
+    assert got.token_ids == want.token_ids
+    for a, b in zip(got_tokens, want_tokens, strict=True):
+        assert a.logprob is not None and a.logprob <= 0.0
+        assert math.isclose(a.logprob, b.logprob, abs_tol=2e-3)
+        assert len(a.top_logprobs) == 3
+        assert a.top_logprobs[0][0] == b.top_logprobs[0][0]
+        assert [x for _, x in a.top_logprobs] == sorted((x for _, x in a.top_logprobs), reverse=True)
+        # the chosen token under greedy decoding is the most likely one
+        assert math.isclose(a.logprob, a.top_logprobs[0][1], abs_tol=1e-6)
+
+
+@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 6), ("copy", 8), ("model", 3), ("auto", "auto")])
+def test_penalties_keep_greedy_identity(pair, drafter, gamma):
+    _, plain = run(pair, "none", 0)
+    _, want = run(pair, "none", 0, **PENALIZED)
+    _, got = run(pair, drafter, gamma, **PENALIZED)
+    assert got.token_ids == want.token_ids
+    assert want.token_ids != plain.token_ids, (
+        "the penalties must change this answer for the test to mean anything"
+    )
+
+
+def test_logit_bias_bans_a_token(pair):
+    _, plain = run(pair, "none", 0)
+    banned = plain.token_ids[0]
+    _, got = run(pair, "auto", "auto", logit_bias={banned: -100.0})
+    assert banned not in got.token_ids
+    _, want = run(pair, "none", 0, logit_bias={banned: -100.0})
+    assert got.token_ids == want.token_ids
+
+
+def test_no_logprobs_unless_asked(pair):
+    tokens, _ = run(pair, "ngram", 4)
+    assert all(t.logprob is None and t.top_logprobs == () for t in tokens)

@@ -1,0 +1,157 @@
+"""The one list of drafters (edgespec.decoding.drafters.registry), the one check of a
+user's (drafter, γ) and the one place that turns it into a policy
+(edgespec.decoding.choice)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from edgespec.decoding.auto import AdaptivePolicy, PairState
+from edgespec.decoding.choice import MAX_GAMMA, ChoiceError, check_choice, make_policy
+from edgespec.decoding.costs import CostModel
+from edgespec.decoding.drafters import (
+    AUTO,
+    CHOICE_HELP,
+    CHOICES,
+    FIXED_CHOICES,
+    LOOKUP_DRAFTERS,
+    NONE,
+    REGISTRY,
+    LookupDrafter,
+    registry,
+)
+from edgespec.decoding.policy import FixedPolicy
+
+HEX_COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_every_drafter_has_a_colour_a_one_line_help_a_kind_and_a_choice(name):
+    spec = REGISTRY[name]
+    assert spec.name == name
+    assert HEX_COLOUR.fullmatch(spec.colour), spec.colour
+    assert spec.description.strip() and "\n" not in spec.description
+    assert CHOICE_HELP[name] == spec.description
+    assert spec.kind in ("lookup", "model")
+    assert name in CHOICES and name in FIXED_CHOICES
+    assert (name in LOOKUP_DRAFTERS) == (spec.kind == "lookup")
+
+
+def test_the_choices_are_auto_none_and_every_drafter_each_with_help():
+    assert (AUTO, *REGISTRY, NONE) == CHOICES
+    assert set(CHOICE_HELP) == set(CHOICES)
+    assert all(CHOICE_HELP[c].strip() and "\n" not in CHOICE_HELP[c] for c in CHOICES)
+    assert len({spec.colour.lower() for spec in REGISTRY.values()}) == len(REGISTRY)  # told apart
+
+
+@pytest.mark.needs_models
+def test_a_pair_builds_the_lookup_drafters_and_the_draft_model_only_with_a_draft(pair):
+    alone = registry.build(pair.target, None)
+    assert tuple(alone) == LOOKUP_DRAFTERS
+    assert all(isinstance(d, LookupDrafter) and d.name == name for name, d in alone.items())
+    both = registry.build(pair.target, pair.draft)
+    assert tuple(both) == tuple(REGISTRY)
+    assert all(d.name == name for name, d in both.items())
+
+
+# -- check_choice ---------------------------------------------------------------------------
+
+
+def refusal(drafter: object, gamma: object, *, has_draft: bool = True) -> ChoiceError:
+    with pytest.raises(ChoiceError) as caught:
+        check_choice(drafter, gamma, has_draft=has_draft)
+    assert "\n" not in str(caught.value)  # one line
+    return caught.value
+
+
+def test_an_unknown_drafter_is_refused_naming_the_choices():
+    error = refusal("medusa", AUTO)
+    assert error.param == "drafter" and "medusa" in str(error)
+    assert all(choice in str(error) for choice in CHOICES)
+    assert refusal(None, AUTO).param == "drafter"
+
+
+def test_the_draft_model_is_refused_without_a_draft():
+    error = refusal("model", 4, has_draft=False)
+    assert error.param == "drafter" and "draft model" in str(error)
+    assert check_choice("model", 4, has_draft=True) == ("model", 4)
+    assert check_choice(AUTO, AUTO, has_draft=False) == (AUTO, AUTO)  # auto does without
+
+
+@pytest.mark.parametrize("gamma", [-1, MAX_GAMMA + 1, "many", True, 2.5])
+def test_a_gamma_out_of_range_or_not_a_whole_number_is_refused(gamma):
+    error = refusal("ngram", gamma)
+    assert error.param == "gamma"
+
+
+def test_gamma_above_the_largest_verified_batch_names_it():
+    assert MAX_GAMMA == 64
+    assert "64" in str(refusal("ngram", 65))
+    assert "64" in str(refusal("ngram", -1))
+
+
+def test_auto_and_whole_numbers_as_text_are_accepted():
+    assert check_choice(AUTO, AUTO, has_draft=False) == (AUTO, AUTO)
+    assert check_choice("ngram", "16", has_draft=False) == ("ngram", 16)
+    assert check_choice(NONE, 0, has_draft=False) == (NONE, 0)
+    assert check_choice("copy", MAX_GAMMA, has_draft=False) == ("copy", MAX_GAMMA)
+
+
+# -- make_policy ----------------------------------------------------------------------------
+
+
+class PairStates:
+    """A pair_state callable that counts its calls (it may measure a cost profile)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.state = PairState(CostModel.empty(MAX_GAMMA + 1))
+
+    def __call__(self) -> PairState:
+        self.calls += 1
+        return self.state
+
+
+LOADED = (*LOOKUP_DRAFTERS, "model")
+
+
+@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 4), ("model", 2), (NONE, 0), ("copy", "8")])
+def test_fixed_settings_give_a_fixed_policy_without_the_pair_state(drafter, gamma):
+    states = PairStates()
+    policy = make_policy(drafter, gamma, loaded=LOADED, max_gamma=MAX_GAMMA, pair_state=states)
+    assert isinstance(policy, FixedPolicy)
+    assert (policy.drafter, policy.gamma) == (drafter, int(gamma))
+    assert states.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("drafter", "gamma", "allowed", "fixed"),
+    [
+        (AUTO, AUTO, LOADED, None),
+        (AUTO, 3, LOADED, 3),
+        ("ngram", AUTO, ("ngram",), None),
+        (NONE, AUTO, (), None),
+    ],
+)
+def test_auto_gives_the_adaptive_policy_over_the_pairs_state(drafter, gamma, allowed, fixed):
+    states = PairStates()
+    policy = make_policy(drafter, gamma, loaded=LOADED, max_gamma=MAX_GAMMA, pair_state=states)
+    assert isinstance(policy, AdaptivePolicy)
+    assert states.calls == 1 and policy.pair is states.state
+    assert policy.allowed == allowed and policy.fixed_gamma == fixed and policy.gamma_cap == MAX_GAMMA
+
+
+def test_auto_chooses_among_the_loaded_drafters_in_registry_order():
+    policy = make_policy(AUTO, AUTO, loaded=("model", "ngram"), max_gamma=16, pair_state=PairStates())
+    assert isinstance(policy, AdaptivePolicy) and policy.allowed == ("ngram", "model")
+
+
+def test_a_refused_choice_never_reaches_the_pair_state():
+    states = PairStates()
+    with pytest.raises(ChoiceError):
+        make_policy("model", AUTO, loaded=LOOKUP_DRAFTERS, max_gamma=MAX_GAMMA, pair_state=states)
+    with pytest.raises(ChoiceError):
+        make_policy(AUTO, 65, loaded=LOADED, max_gamma=MAX_GAMMA, pair_state=states)
+    assert states.calls == 0

@@ -179,11 +179,16 @@ class EdgeSpec:
         if prediction:
             tokens_of_prediction = self.target.tokenize(prediction, add_special=False)
             settings = replace(settings, prediction=tuple(tokens_of_prediction))
-        policy = self.policy(drafter, gamma)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
             tokens = list(prompt)
         else:
             tokens = self.prompt_tokens(prompt, chat=chat, system=system)
+        if len(tokens) >= self.target.n_ctx:  # said before a cost profile is measured
+            raise EdgespecError(
+                f"the prompt is {len(tokens)} tokens but the context holds {self.target.n_ctx}; "
+                "shorten it or raise --ctx"
+            )
+        policy = self.policy(drafter, gamma)
         with self.lock:
             yield from self.engine.stream(tokens, settings, policy)
             if self._controller is not None:

@@ -53,7 +53,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ("cheap", r"^(\.|source) \.venv/bin/activate$"),
     ("cheap", r"^edgespec( [a-z-]+)* (--help|-h)$"),
     ("cheap", r"^edgespec --version$"),
-    ("cheap", r"^edgespec models list$"),
+    ("cheap", r"^edgespec models (list|recommend)$"),
     ("skip", r"^(\w+=\S* )*make\b"),
     ("skip", r"\bedgespec (serve|chat|bench)\b"),
     ("skip", r"\bedgespec costs measure\b"),

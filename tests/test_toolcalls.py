@@ -433,3 +433,22 @@ def test_a_call_written_by_the_real_qwen_template_parses_back(target_path) -> No
         ("get_weather", TRICKY),
         ("search", {"q": "x"}),
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "get_weather", "arguments": {"city": "Porto"}}',
+        '```json\n{"name": "get_weather", "arguments": {"city": "Porto"}}\n```',
+        '{{"name": "get_weather", "arguments": {"city": "Porto"}}}',
+    ],
+)
+def test_hermes_models_calling_with_bare_json_are_read(text):
+    """What small models taught the Hermes format write instead of <tool_call> blocks."""
+    from edgespec.server.chunks import read_calls
+
+    parsed = read_calls(text, "hermes", {"get_weather"})
+    assert parsed.ok and [c.name for c in parsed.calls] == ["get_weather"]
+    assert json.loads(parsed.calls[0].arguments) == {"city": "Porto"}
+    assert read_calls(text, "hermes", {"other"}).calls == []  # only an offered function
+    assert read_calls("The weather is {sunny}.", "hermes", {"get_weather"}).calls == []

@@ -76,18 +76,16 @@ def make_policy(
     pair_state: Callable[[], PairState],
 ) -> Policy:
     """The policy for ``--drafter X --gamma Y`` over the drafters ``loaded``: a fixed one
-    when neither is auto, else the adaptive controller, which learns into the pair's state
-    (``pair_state`` is called only then: it may measure the cost profile first)."""
+    when neither is auto (or the drafter is none), else the adaptive controller, which
+    learns into the pair's state (``pair_state`` is called only then: it may measure the
+    cost profile first)."""
     drafter, gamma = check_choice(drafter, gamma, has_draft="model" in loaded, max_gamma=max_gamma)
-    if drafter != AUTO and gamma != AUTO:
+    if drafter == NONE:
+        return FixedPolicy(NONE, 0)  # target only: nothing to price, no profile to measure
+    if gamma != AUTO and drafter != AUTO:
         return FixedPolicy(drafter, int(gamma))
     from edgespec.decoding.auto import AdaptivePolicy
 
-    if drafter == AUTO:
-        names = tuple(name for name in REGISTRY if name in loaded)
-    elif drafter == NONE:
-        names = ()
-    else:
-        names = (drafter,)
+    names = tuple(name for name in REGISTRY if name in loaded) if drafter == AUTO else (drafter,)
     fixed = None if gamma == AUTO else int(gamma)
     return AdaptivePolicy(pair_state(), names, gamma_cap=max_gamma, fixed_gamma=fixed)

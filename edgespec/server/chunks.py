@@ -271,8 +271,8 @@ class Answer:
 
 def read_calls(text: str, fmt: str, names: set[str]) -> toolcalls.Parsed:
     """Tool calls in an answer, in the model's format; for the Hermes format also a bare
-    or fenced JSON object ``{"name": …, "arguments": …}`` naming an offered function, the
-    way small models taught that format often call."""
+    or fenced JSON object ``{"name": …, "arguments": …}`` naming an offered function (or
+    that object in doubled braces), the way small models taught that format often call."""
     parsed = toolcalls.parse(text, fmt, allowed=names)
     if fmt != "hermes" or not parsed.ok or parsed.calls:
         return parsed
@@ -282,6 +282,10 @@ def read_calls(text: str, fmt: str, names: set[str]) -> toolcalls.Parsed:
     if not bare.startswith("{"):
         return parsed
     found = toolcalls.parse(bare, "llama3", allowed=names)
+    if not found.calls and bare.startswith("{{") and bare.endswith("}}"):
+        # Some GGUFs' templates show the format as {{"name": …}} (Jinja's escaped
+        # braces left in), and the model copies the doubled braces.
+        found = toolcalls.parse(bare[1:-1], "llama3", allowed=names)
     return found if found.ok and found.calls else parsed
 
 

@@ -76,3 +76,35 @@ def test_best_allowed_is_the_masked_argmax(pair):
 def test_one_constraint_at_a_time():
     with pytest.raises(EdgespecError, match="one constraint"):
         settings_from(json_object=True, json_schema=SCHEMA)
+
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def test_answers_with_tools_are_the_targets_own_for_every_drafter(pair):
+    """Tools offered (the model chooses) and a call required (a grammar from the tools'
+    schemas, in the model's Hermes format): every drafter gives target-only's tokens."""
+    from edgespec.server.tools import call_grammar
+
+    messages = [{"role": "user", "content": "What is the weather in Porto and in Lyon? Use the tool."}]
+    tokens = pair.prompt_tokens(messages, chat=True, tools=WEATHER)
+    required = call_grammar("hermes", {"get_weather": WEATHER[0]["function"]["parameters"]}, parallel=True)
+    for grammar in (None, required):
+        want = list(pair.stream(tokens, drafter="none", gamma=0, max_tokens=40, grammar=grammar))[-1]
+        for drafter, gamma in (("ngram", 8), ("copy", 12), ("model", 3), ("auto", "auto")):
+            got = list(pair.stream(tokens, drafter=drafter, gamma=gamma, max_tokens=40, grammar=grammar))[-1]
+            assert got.token_ids == want.token_ids, (drafter, grammar is not None)
+    assert want.text.startswith("<tool_call>\n{") and "get_weather" in want.text

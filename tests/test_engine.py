@@ -286,7 +286,7 @@ def test_bad_settings_are_one_line_errors(pair):
     ]:
         with pytest.raises(EdgespecError, match=fragment):
             settings_from(**kwargs)
-    with pytest.raises(EdgespecError, match="gamma must be >= 0"):
+    with pytest.raises(EdgespecError, match="gamma must be 'auto' or from 0 to 64"):
         pair.generate("hi", drafter="model", gamma=-1)
     with pytest.raises(EdgespecError, match="prompt is empty"):
         pair.generate("   ", drafter="model", gamma=2)

@@ -132,7 +132,6 @@ def test_fixed_settings_give_a_fixed_policy_without_the_pair_state(drafter, gamm
         (AUTO, AUTO, LOADED, None),
         (AUTO, 3, LOADED, 3),
         ("ngram", AUTO, ("ngram",), None),
-        (NONE, AUTO, (), None),
     ],
 )
 def test_auto_gives_the_adaptive_policy_over_the_pairs_state(drafter, gamma, allowed, fixed):
@@ -141,6 +140,15 @@ def test_auto_gives_the_adaptive_policy_over_the_pairs_state(drafter, gamma, all
     assert isinstance(policy, AdaptivePolicy)
     assert states.calls == 1 and policy.pair is states.state
     assert policy.allowed == allowed and policy.fixed_gamma == fixed and policy.gamma_cap == MAX_GAMMA
+
+
+@pytest.mark.parametrize("gamma", [AUTO, 0, 5])
+def test_no_drafter_is_target_only_whatever_gamma(gamma):
+    """Target only has nothing to price: no cost profile is asked for."""
+    states = PairStates()
+    policy = make_policy(NONE, gamma, loaded=LOADED, max_gamma=MAX_GAMMA, pair_state=states)
+    assert isinstance(policy, FixedPolicy) and (policy.drafter, policy.gamma) == (NONE, 0)
+    assert states.calls == 0
 
 
 def test_auto_chooses_among_the_loaded_drafters_in_registry_order():

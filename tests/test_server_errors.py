@@ -118,6 +118,45 @@ def test_malformed_json_is_a_400(server: Server) -> None:
     assert_error(post(server, b'{"prompt": [[1, 2], [3]]}', "/completions"), 400, "prompt")
 
 
+def test_no_body_is_a_500(server: Server) -> None:
+    """Bodies nested too deep, numbers too large, and wrong types in the new fields: each a
+    400 in OpenAI's error shape."""
+    deep = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert "too deep" in assert_error(post(server, deep), 400)["message"]
+    value: list = []
+    for _ in range(70):  # deeper than any request, far from Python's recursion limit
+        value = [value]
+    nested = {"messages": HELLO, "metadata": {"a": value}}
+    assert_error(post(server, nested), 400)
+    assert_error(post(server, b'{"messages": [], "max_tokens": 1' + b"0" * 5000 + b"}"), 400)
+    bad = [
+        ({"tools": "get_weather"}, "tools"),
+        ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "always"},
+            "tool_choice",
+        ),
+        ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+        ({"logprobs": "yes"}, "logprobs"),
+        ({"logprobs": True, "top_logprobs": 99}, "top_logprobs"),
+        ({"presence_penalty": 9}, "presence_penalty"),
+        ({"frequency_penalty": "lots"}, "frequency_penalty"),
+        ({"logit_bias": {"abc": 1}}, "logit_bias"),
+        ({"logit_bias": {"5": 1000}}, "logit_bias"),
+        ({"repeat_last_n": -7}, "repeat_last_n"),
+        ({"response_format": {"type": "xml"}}, "response_format"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "tensor"}}}},
+            "response_format",
+        ),
+        ({"grammar": 'root ::= "a" maybe'}, "grammar"),
+        ({"messages": [{"role": "tool", "content": "18"}], "tools": None}, "messages[0]"),
+        ({"messages": [*HELLO, {"role": "assistant", "tool_calls": "f()"}]}, "messages[1].tool_calls"),
+    ]
+    for fields, param in bad:
+        assert_error(post(server, {"messages": HELLO, **fields}), 400, param)
+
+
 def test_unknown_model_is_a_404(server: Server) -> None:
     with pytest.raises(openai.NotFoundError) as raised:
         openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0).chat.completions.create(

@@ -29,14 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
+from edgespec.host import home
 from edgespec.models.catalog import CatalogModel
 from edgespec.models.hubref import part_name, split_info, split_parts
 
 _HASH_BLOCK = 4 << 20
-
-
-def home() -> Path:
-    return Path(os.environ.get("EDGESPEC_HOME") or Path.home() / ".cache" / "edgespec")
 
 
 def models_dir() -> Path:

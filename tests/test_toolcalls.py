@@ -452,3 +452,46 @@ def test_hermes_models_calling_with_bare_json_are_read(text):
     assert json.loads(parsed.calls[0].arguments) == {"city": "Porto"}
     assert read_calls(text, "hermes", {"other"}).calls == []  # only an offered function
     assert read_calls("The weather is {sunny}.", "hermes", {"get_weather"}).calls == []
+
+
+def _stream_answer(pieces: list[str]) -> list[dict]:
+    """The chunks a streamed chat answer with tools offered (Hermes format) gives."""
+    from edgespec.api import settings_from
+    from edgespec.decoding.events import Done, Stats, Token
+    from edgespec.server.chunks import Answer
+    from edgespec.server.schemas import Job
+    from edgespec.server.tools import ToolSetup
+
+    tools = ToolSetup(
+        [{"type": "function", "function": {"name": "get_weather"}}], frozenset({"get_weather"}), "hermes"
+    )
+    job = Job("chat", [1], settings_from(), "auto", "auto", None, True, False, "m", tools=tools)
+    answer = Answer(job, lambda token: b"x")
+    out = [c for i, piece in enumerate(pieces) for c in answer.add(Token(i, piece, "plain"))]
+    done = Done(text="".join(pieces), tail="", stop_reason="eos", stats=Stats(tokens=len(pieces)))
+    return out + answer.finish(done)
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["\n", '{"name": "get_weather", ', '"arguments": {"city": "Porto"}}'],
+        ["```json\n", '{"name": "get_weather", "arguments": ', '{"city": "Porto"}}', "\n```"],
+        ["<tool_call>\n", '{"name": "get_weather", "arguments": {"city": "Porto"}}', "\n</tool_call>"],
+    ],
+)
+def test_a_streamed_call_comes_as_tool_call_deltas(pieces):
+    chunks = _stream_answer(pieces)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    assert calls[0]["function"]["name"] == "get_weather" and calls[0]["id"]
+    assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {"city": "Porto"}
+    assert not any(d.get("content") for d in deltas)  # nothing of the call leaks as text
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_a_streamed_answer_that_is_no_call_is_content():
+    pieces = ["{Braces} ", "are ", "fine."]
+    deltas = [c["choices"][0]["delta"] for c in _stream_answer(pieces) if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == "".join(pieces)
+    assert not any("tool_calls" in d for d in deltas)

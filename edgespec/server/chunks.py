@@ -231,7 +231,8 @@ class Answer:
         if whole is not None:
             parsed = self._read(whole)
             if parsed.ok and parsed.calls:
-                out += [self._delta(delta) for delta in call_deltas(parsed)]
+                deltas = [toolcalls.Delta(content=parsed.content)] if parsed.content else []
+                out += [self._delta(delta) for delta in deltas + toolcalls.call_deltas(parsed.calls)]
                 reason = parsed.finish_reason(reason)
             elif whole:
                 out.append(self._with_logprobs(chunk(self.job, text=whole)))
@@ -287,22 +288,6 @@ def read_calls(text: str, fmt: str, names: set[str]) -> toolcalls.Parsed:
         # braces left in), and the model copies the doubled braces.
         found = toolcalls.parse(bare[1:-1], "llama3", allowed=names)
     return found if found.ok and found.calls else parsed
-
-
-def call_deltas(parsed: toolcalls.Parsed) -> list[toolcalls.Delta]:
-    """A parsed answer as OpenAI streams it: its content, then each call's name and id,
-    then its arguments."""
-    deltas = [toolcalls.Delta(content=parsed.content)] if parsed.content else []
-    for index, call in enumerate(parsed.calls):
-        head = {
-            "index": index,
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }
-        deltas.append(toolcalls.Delta(tool_call=head))
-        deltas.append(toolcalls.Delta(tool_call={"index": index, "function": {"arguments": call.arguments}}))
-    return deltas
 
 
 def _body(job: Job, done: Done, speculation: Speculation, choice: dict) -> dict:

@@ -144,6 +144,21 @@ class Delta:
         return {"content": self.content}
 
 
+def call_deltas(calls: list[ToolCall]) -> list[Delta]:
+    """Calls as OpenAI streams them: each call's index, id and name, then its arguments."""
+    deltas = []
+    for index, call in enumerate(calls):
+        header = {
+            "index": index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        deltas.append(Delta(tool_call=header))
+        deltas.append(Delta(tool_call={"index": index, "function": {"arguments": call.arguments}}))
+    return deltas
+
+
 def finish_reason(calls: list[ToolCall], reason: str) -> str:
     """``tool_calls`` when there are calls and generation stopped by itself, else
     ``reason`` (the caller's: ``stop`` or ``length``)."""
@@ -427,16 +442,7 @@ class StreamParser:
             rest = text[len(sent) :]
             return [Delta(content=rest)] if rest else []
         deltas = [Delta(content=content[len(sent) :])] if len(content) > len(sent) else []
-        for index, call in enumerate(parsed.calls):
-            header = {
-                "index": index,
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": ""},
-            }
-            deltas.append(Delta(tool_call=header))
-            deltas.append(Delta(tool_call={"index": index, "function": {"arguments": call.arguments}}))
-        return deltas
+        return deltas + call_deltas(parsed.calls)
 
     def finish_reason(self, reason: str) -> str:
         """After ``finish``: ``tool_calls`` or ``reason`` (see ``finish_reason``)."""

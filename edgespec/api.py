@@ -14,6 +14,7 @@ package registry); the pair is checked for vocabulary compatibility before anyth
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -29,6 +30,7 @@ from edgespec.decoding.policy import Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError
 from edgespec.models import catalog
+from edgespec.models.pairing import choose_draft
 from edgespec.models.resolve import resolve
 from edgespec.runtime.chat_template import chat_tokens
 from edgespec.runtime.compat import check_pair, precheck
@@ -65,10 +67,6 @@ class EdgeSpec:
         if options.max_gamma < 1:
             raise EdgespecError("max gamma must be at least 1")
         init_backend(options.verbose)
-        import sys
-
-        from edgespec.models.pairing import choose_draft
-
         target_ref = resolve(catalog.default_name("target") if target == DEFAULT else target, quiet=quiet)
         draft_ref = None
         # Which draft a target named alone got, in one line (empty when a draft was named).

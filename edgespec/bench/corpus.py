@@ -1,4 +1,4 @@
-"""The benchmark's prompt corpus: requests in nine categories, each split in halves.
+"""The benchmark's prompt corpus: requests in ten categories, each split in halves.
 
 A drafter or a controller tuned on one prompt learns that prompt; the speed-ups it shows
 there need not survive a new one. So every category holds at least eight prompts, split
@@ -10,15 +10,17 @@ The prompts are data: ``data/corpus/<category>.jsonl``, one JSON object a line w
 ``id``, ``split`` and ``source``, and what is sent: ``text``, one user message, in most
 categories; in ``agent``, ``messages`` (an OpenAI conversation that may hold assistant
 ``tool_calls`` and ``tool`` results) and ``tools`` (an OpenAI tools list); in
-``structured``, ``text`` and the ``json_schema`` the answer must follow. Code editing,
-agent and structured prompts also name their ``kind``. A prompt's half is written on its
-own line, so adding or moving a line never moves another prompt to the other half. Every
-prompt was written for edgespec; ``source`` names the public benchmark whose *style* it
-follows, not a text it was taken from. Answers come from the default target
-(Qwen2.5-Coder-1.5B-Instruct), greedy, with the model's chat template (tools and tool
-calls in its own format), under the schema's grammar where one is given: build a prompt
-with ``prompt_tokens`` and its settings with ``settings_extras``, which every consumer
-shares. Each prompt stays well under 700 tokens, so a 2-core CPU prefills it in seconds.
+``structured``, ``text`` and the ``json_schema`` the answer must follow. ``short`` holds
+one-line questions answered in a sentence or two (16-64 tokens): too short to repay a
+trial of the draft model. Code editing, agent and structured prompts also name their
+``kind``. A prompt's half is written on its own line, so adding or moving a line never
+moves another prompt to the other half. Every prompt was written for edgespec;
+``source`` names the public benchmark whose *style* it follows, not a text it was taken
+from. Answers come from the default target (Qwen2.5-Coder-1.5B-Instruct), greedy, with
+the model's chat template (tools and tool calls in its own format), under the schema's
+grammar where one is given: build a prompt with ``prompt_tokens`` and its settings with
+``settings_extras``, which every consumer shares. Each prompt stays well under 700
+tokens, so a 2-core CPU prefills it in seconds.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ CATEGORIES = (
     "math reasoning",
     "agent",
     "structured",
+    "short",
 )
 SPLITS = ("dev", "test", "all")
 EDIT_KINDS = ("rename", "signature", "bugfix", "docstring", "typehints", "reformat")

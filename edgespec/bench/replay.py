@@ -205,6 +205,12 @@ class Recording:
     ended: bool  # the answer ended with an end-of-generation token (not at max tokens)
     guesses: list[int]  # guesses[q]: the draft's greedy token for answer position q
     confidences: list[float]  # ... and its probability
+    extras: dict = field(default_factory=dict)  # the prompt's settings (its JSON schema)
+
+    def settings(self, max_tokens: int) -> GenerationSettings:
+        """The settings the answer was recorded with, as a replay needs them: its grammar
+        too, so that the grammar's drafter and the constrained verification run again."""
+        return settings_from(max_tokens=max_tokens, **self.extras)
 
 
 def record(
@@ -237,6 +243,7 @@ def record(
                 done.stop_reason == "eos",
                 guesses,
                 confidences,
+                settings_extras(prompt),
             )
         )
         if progress:
@@ -245,7 +252,7 @@ def record(
     return recordings
 
 
-_RECORDING_VERSION = 1
+_RECORDING_VERSION = 2
 
 
 def cached_record(
@@ -464,7 +471,7 @@ def replay(
         for label in configs:
             replayed_target.play(rec)
             replayed_draft.play(rec)
-            settings = GenerationSettings(max_tokens=max(len(rec.answer), 1))
+            settings = rec.settings(max(len(rec.answer), 1))
             steps: Counter = Counter()
             done = None
             for event in engine.stream(list(rec.prompt), settings, policy_for(label, state, engine)):
@@ -493,6 +500,7 @@ def add_ceiling(
             curve.draft_seconds(1),
             target.options.max_outputs - 1,
             target.eos if rec.ended else None,
+            rec.settings(1).grammar,
         )
         plain = results[rec.id]["target only"]
         results[rec.id]["ceiling"] = Replayed(plain.decode_tps * ratio)

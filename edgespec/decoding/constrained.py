@@ -11,6 +11,8 @@ grammar forbids ends the draft before verification: no row is spent on it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from edgespec.decoding.grammar import GrammarSpec, GrammarState, constrained_argmax
@@ -52,6 +54,21 @@ class Constraint:
             return best_allowed(self.state, row)
         return sample(probabilities(self.state.mask(row), params), rng)
 
+    def draft_chooser(self) -> Callable[[np.ndarray, list[int]], int]:
+        """A greedy draft model's choice under the grammar: the best token the grammar
+        allows after the committed text and the tokens drafted before it."""
+        walker = self.state.clone()
+        pushed = 0
+
+        def choose(row: np.ndarray, drafted: list[int]) -> int:
+            nonlocal pushed
+            for token in drafted[pushed:]:
+                walker.accept(token)
+            pushed = len(drafted)
+            return best_allowed(walker, row)
+
+        return choose
+
     def allowed_prefix(self, tokens: list[int]) -> int:
         """How many of ``tokens`` the grammar allows in a row from here."""
         walker = self.state.clone()
@@ -74,12 +91,16 @@ class Constraint:
         return len(draft), best_allowed(walker, rows[len(draft)])
 
     def mask_rows(self, draft: list[int], rows: np.ndarray) -> np.ndarray:
-        """Every verified row masked by the state its own prefix reaches."""
+        """Every verified row masked by the state its own prefix reaches. Past a draft
+        token the grammar forbids no position is reached (the target refuses that token
+        for sure): those rows are left as they are."""
         walker = self.state.clone()
-        masked = np.empty(rows.shape, dtype=np.float32)
+        masked = np.array(rows, dtype=np.float32)
         for i in range(rows.shape[0]):
             masked[i] = walker.mask(rows[i])
             if i < len(draft):
+                if not walker.allows(draft[i]) or self.eog(draft[i]):
+                    break
                 walker.accept(draft[i])
         return masked
 

@@ -20,7 +20,15 @@ import numpy as np
 
 from edgespec.decoding import acceptance
 from edgespec.decoding.constrained import Constraint
-from edgespec.decoding.drafters import LOOKUP_DRAFTERS, Draft, Drafter, DraftRequest, ModelDrafter, registry
+from edgespec.decoding.drafters import (
+    LOOKUP_DRAFTERS,
+    Draft,
+    Drafter,
+    DraftRequest,
+    GrammarDrafter,
+    ModelDrafter,
+    registry,
+)
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
 from edgespec.decoding.grammar import GrammarSpec
 from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
@@ -164,6 +172,9 @@ class Engine:
         if settings.penalties.active:
             logits = transform_rows(logits, settings.penalties, prompt, [])
         constraint = Constraint(target, settings.grammar) if settings.grammar is not None else None
+        grammar_drafter = self.drafters.get("grammar")
+        if isinstance(grammar_drafter, GrammarDrafter):
+            grammar_drafter.attach(constraint)
         if constraint is not None:
             first = constraint.choose(logits[0], params, rng)
             constraint.commit([first])
@@ -203,6 +214,7 @@ class Engine:
                 self._boundaries,
                 lookup=self._lookup_once(committed, gathered),
                 draft_catch_up=self._catch_up_of(committed),
+                constrained=constraint is not None,
             )
             plan = policy.plan(view)
             try:
@@ -274,6 +286,7 @@ class Engine:
         rng: np.random.Generator,
         gathered: dict[str, tuple[list[int], int, int]],
         penalties: Penalties,
+        constraint: Constraint | None,
     ) -> Draft:
         """The planned draft: a lookup's proposal gathered for the policy, or the drafter
         asked now."""
@@ -294,6 +307,7 @@ class Engine:
             plan.keep_going,
             wants_confidence,
             self._draft_transform(committed, penalties),
+            constraint.draft_chooser() if constraint is not None and params.greedy else None,
         )
         return self.drafters[plan.drafter].propose(committed, request)
 
@@ -350,14 +364,20 @@ class Engine:
         params = settings.sampling
         draft = Draft(tokens=[])
         if plan.gamma > 0 and plan.drafter != "none":
-            draft = self._draft(committed, plan, params, rng, gathered, settings.penalties)
+            draft = self._draft(committed, plan, params, rng, gathered, settings.penalties, constraint)
             # A draft that ends the answer ends the draft: tokens after it could only be
             # verified for nothing, and would count as accepted drafts that never appear.
             end = next((i + 1 for i, token in enumerate(draft.tokens) if target.is_eog(token)), None)
             if end is not None:
                 draft.truncate(end)
-            if constraint is not None:  # nor is a row spent on a token the grammar forbids
-                draft.truncate(constraint.allowed_prefix(draft.tokens))
+            if constraint is not None:
+                # Nor is a row spent after a token the grammar forbids. A sampled draft
+                # keeps that token: the target refuses it for sure (the grammar gives it
+                # no probability), and its residual is what keeps sampling exact; cut
+                # before it, the draft's own probability of forbidden tokens would skew
+                # the answer. A one-hot draft's residual there is the target's row itself.
+                allowed = constraint.allowed_prefix(draft.tokens)
+                draft.truncate(allowed + 1 if draft.q is not None and not params.greedy else allowed)
         gamma = len(draft.tokens)
 
         target.mark()

@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -183,7 +184,7 @@ class _Scratch:
     def __init__(self, model: Model):
         self.model = model
         self.n_vocab = model.n_vocab
-        self.eog = _eog_token(model)
+        self.eog = eog_token(model)
         self.table = np.zeros(self.n_vocab, dtype=TOKEN_DATA)
         self.table["id"] = np.arange(self.n_vocab, dtype=np.int32)
         self.all = llama_cpp.llama_token_data_array(
@@ -198,9 +199,43 @@ class _Scratch:
             data=ctypes.pointer(self.one), size=1, selected=-1, sorted=False
         )
         self.one_ptr = ctypes.pointer(self.one_array)
+        # One token per byte a text can start with (printable ASCII, tab and line breaks,
+        # the lead bytes of longer characters): which of them a state allows tells what
+        # characters may come next, for the price of one llama.cpp call over ~150 entries.
+        byte_tokens = single_byte_tokens(model)
+        probed = [b for b in _PROBED_BYTES if b in byte_tokens]
+        self.probe_bytes = np.array(probed, dtype=np.uint8)
+        self.probe_ids = np.array([byte_tokens[b] for b in probed], dtype=np.int32)
+        self.byte_token = byte_tokens
+        self.probe = np.zeros(len(probed), dtype=TOKEN_DATA)
+        self.probe_array = llama_cpp.llama_token_data_array(
+            data=self.probe.ctypes.data_as(llama_cpp.llama_token_data_p),
+            size=len(probed),
+            selected=-1,
+            sorted=False,
+        )
+        self.probe_ptr = ctypes.pointer(self.probe_array)
 
 
-def _eog_token(model: Model) -> int:
+_PROBED_BYTES = (9, 10, 13, *range(0x20, 0x7F), *range(0xC2, 0xF5))
+_byte_tokens: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+
+
+def single_byte_tokens(model: Model) -> dict[int, int]:
+    """byte -> a token whose piece is that one byte (byte-level BPE and byte-fallback
+    vocabularies have one for every byte), found once per loaded model."""
+    found = _byte_tokens.get(model)
+    if found is None:
+        found = {}
+        buf = ctypes.create_string_buffer(8)
+        for token in range(model.n_vocab):
+            if llama_cpp.llama_token_to_piece(model.vocab, token, buf, 8, 0, False) == 1:
+                found.setdefault(buf.raw[0], token)
+        _byte_tokens[model] = found
+    return found
+
+
+def eog_token(model: Model) -> int:
     """One end-of-generation token: llama.cpp allows all of them or none, so one tells."""
     for token in (model.eos, llama_cpp.llama_vocab_eot(model.vocab)):
         if token >= 0 and model.is_eog(token):
@@ -293,6 +328,32 @@ class GrammarState:
         """The one token the grammar admits next, or None where it admits several (or none)."""
         allowed = np.flatnonzero(self.mask(np.zeros(self._scratch.n_vocab, dtype=np.float32)) != -np.inf)
         return int(allowed[0]) if len(allowed) == 1 else None
+
+    def next_bytes(self) -> bytes:
+        """The bytes a next character may start with (among printable ASCII, tab, line
+        breaks and the lead bytes of longer characters), in one llama.cpp call."""
+        scratch = self._scratch
+        scratch.probe["id"] = scratch.probe_ids
+        scratch.probe["logit"] = 0.0
+        scratch.probe_array.size = len(scratch.probe)
+        llama_cpp.llama_sampler_apply(self._live(), scratch.probe_ptr)
+        return scratch.probe_bytes[scratch.probe["logit"] != -np.inf].tobytes()
+
+    def advance_forced(self, limit: int) -> tuple[bytes, bool]:
+        """Follow the text the grammar admits as its only continuation, up to ``limit``
+        bytes: (that text, whether the grammar must end right after it). This state moves
+        past the text. Only ASCII is followed (the bytes inside a longer character are not
+        probed), so the text is always whole characters."""
+        text = bytearray()
+        while len(text) < limit:
+            allowed = self.next_bytes()
+            if not allowed:
+                return bytes(text), self.done()
+            if len(allowed) > 1 or allowed[0] >= 0x80 or self.done():
+                break
+            self.accept(self._scratch.byte_token[allowed[0]])
+            text += allowed
+        return bytes(text), False
 
     def done(self) -> bool:
         """Whether the grammar can end here (it allows end of generation)."""

@@ -54,6 +54,10 @@ class DraftRequest:
     # tokens drafted so far in this step: the target's penalties and biases, so that the
     # draft proposes what the penalized target would.
     transform: Callable[[np.ndarray, list[int]], np.ndarray] | None = None
+    # Greedy drafting under a grammar: the draft token from a row, with the tokens drafted
+    # so far in this step (the highest-scoring one the grammar allows), so that a draft
+    # model never spends its draft on a token the target would be refused.
+    choose: Callable[[np.ndarray, list[int]], int] | None = None
 
 
 class Drafter(Protocol):

@@ -51,7 +51,8 @@ class ModelDrafter:
             if request.transform is not None:
                 logits = request.transform(logits, draft.tokens)
             if greedy:
-                token = int(np.argmax(logits))
+                choose = request.choose
+                token = int(np.argmax(logits)) if choose is None else choose(logits, draft.tokens)
                 confidence = max_probability(logits) if request.wants_confidence else 1.0
             else:
                 q_row = probabilities(logits, request.params, out=self._q[i, : model.n_vocab])

@@ -44,8 +44,19 @@ class NgramDrafter(LookupDrafter):
 
     def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
         self._update(context)
-        for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
-            suffix = tuple(context[-n:])
+        return self._follow(context, context, max_tokens)
+
+    def lookup_after(self, context: list[int], ahead: list[int], max_tokens: int) -> tuple[list[int], int]:
+        """The lookup for ``context`` followed by tokens not committed yet (``ahead``): the
+        index keeps to the committed context, so a proposal that is refused costs it
+        nothing."""
+        self._update(context)
+        return self._follow(context, [*context[-self.max_n :], *ahead], max_tokens)
+
+    def _follow(self, context: list[int], text: list[int], max_tokens: int) -> tuple[list[int], int]:
+        """What followed the longest indexed repeat of ``text``'s last tokens."""
+        for n in range(min(self.max_n, len(text)), self.min_n - 1, -1):
+            suffix = tuple(text[-n:])
             follow = self._prediction_index.get(suffix)
             if follow is not None:
                 tokens = self.prediction[follow : follow + max_tokens]

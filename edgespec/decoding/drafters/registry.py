@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from edgespec.decoding.drafters.base import Drafter
 from edgespec.decoding.drafters.copy import CopyDrafter
+from edgespec.decoding.drafters.grammar import GrammarDrafter
 from edgespec.decoding.drafters.model import ModelDrafter
 from edgespec.decoding.drafters.ngram import NgramDrafter
 from edgespec.decoding.drafters.reflow import ReflowDrafter
@@ -57,6 +58,13 @@ REGISTRY: dict[str, DrafterSpec] = {
             "#ea580c",
             "follows a source the answer is rewriting, across its edits (and a predicted output)",
             lambda target, draft: CopyDrafter(),
+        ),
+        DrafterSpec(
+            "grammar",
+            LOOKUP,
+            "#059669",
+            "what the answer's grammar forces (JSON keys and punctuation), and values copied between",
+            lambda target, draft: GrammarDrafter(target),
         ),
         DrafterSpec(
             "model",

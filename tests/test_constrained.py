@@ -37,7 +37,8 @@ def answer(pair, drafter, gamma, **settings) -> Done:
     return events[-1]
 
 
-@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 8), ("copy", 12), ("grammar", 8), ("model", 3), ("auto", "auto")]
+@pytest.mark.parametrize(
+    ("drafter", "gamma"), [("ngram", 8), ("copy", 12), ("grammar", 8), ("model", 3), ("auto", "auto")]
 )
 def test_every_drafter_gives_the_constrained_target_answer(pair, drafter, gamma):
     want = answer(pair, "none", 0, json_schema=SCHEMA)

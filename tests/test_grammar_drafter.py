@@ -88,7 +88,7 @@ def test_advance_forced_follows_only_the_one_continuation(pair):
 # -- sampling under a grammar, by enumeration ---------------------------------------------
 
 GAMMA = 2
-CHOICE = 'root ::= [ab] [ac] [bc]'  # every position forbids one of the three letters
+CHOICE = "root ::= [ab] [ac] [bc]"  # every position forbids one of the three letters
 
 
 def softmax(row: np.ndarray) -> np.ndarray:

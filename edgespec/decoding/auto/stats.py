@@ -64,8 +64,9 @@ class LookupStats:
     after line. Which of the two this answer does is learned like the rest, so a draft
     stops at a boundary exactly when the answer keeps leaving the source there."""
 
-    def __init__(self, tuning: Tuning = DEFAULT) -> None:
+    def __init__(self, tuning: Tuning = DEFAULT, caution: float | None = None) -> None:
         self.tuning = tuning
+        self.caution = tuning.caution if caution is None else caution
         self.buckets = length_buckets(tuning.length_edges)
         # by agreement (does another lookup propose the same first token?), then length
         self.hits = np.zeros((tuning.agreement_levels, self.buckets.count))
@@ -122,7 +123,8 @@ class LookupStats:
                 prior = (h + t.pseudo * prior) / (n + t.pseudo)  # posterior_mean, inlined
                 # Price with a lower confidence bound: where evidence is thin (lengths no
                 # copy has reached yet) a bet on a long draft must not rest on a guess.
-                values.append(max(0.0, prior - t.caution * math.sqrt(prior * (1 - prior) / (n + t.pseudo))))
+                spread = math.sqrt(prior * (1 - prior) / (n + t.pseudo))
+                values.append(max(0.0, prior - self.caution * spread))
             row = self._estimates[agreement] = np.array(values)
         return row
 
@@ -144,7 +146,10 @@ class AcceptanceStats:
 
     def __init__(self, tuning: Tuning = DEFAULT) -> None:
         self.tuning = tuning
-        self.lookup = {name: LookupStats(tuning) for name in LOOKUP_DRAFTERS}
+        self.lookup = {
+            name: LookupStats(tuning, tuning.forced_caution if name == "grammar" else None)
+            for name in LOOKUP_DRAFTERS
+        }
         self.model = tuning.model_prior  # per-token acceptance of the draft model
         self.model_hits = 0.0  # decayed counts of the draft model's judged tokens
         self.model_seen = 0.0

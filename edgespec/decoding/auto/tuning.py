@@ -31,6 +31,9 @@ class Tuning:
     pseudo: float = 1.0  # pseudo-observations pulling a length bucket toward the one below
     decay: float = 0.97  # per observation: a bucket remembers its last few dozen judgements
     caution: float = 1.0  # standard deviations taken off thinly supported estimates
+    # ... for the grammar's drafter: forced text recurs at every key of an answer, so its
+    # proposals are judged many times an answer and a thin bucket fills within a few steps
+    forced_caution: float = 0.5
     open_proposals: int = 8  # recent proposals per lookup judged against the committed text
     min_gain: float = 1.08  # expected speed-up a lookup option needs over plain decoding
     # -- realized rates and bans -----------------------------------------------------------

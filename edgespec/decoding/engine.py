@@ -214,7 +214,6 @@ class Engine:
                 self._boundaries,
                 lookup=self._lookup_once(committed, gathered),
                 draft_catch_up=self._catch_up_of(committed),
-                constrained=constraint is not None,
             )
             plan = policy.plan(view)
             try:

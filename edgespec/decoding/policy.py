@@ -56,9 +56,6 @@ class StepView:
     lookup: Callable[[str, int], tuple[list[int], int]] = _nothing_proposed
     # Context tokens the draft model would decode before its first draft token.
     draft_catch_up: Callable[[], int] = _no_catch_up
-    # The answer follows a grammar: forced runs come every few tokens, so no step is
-    # skipped unpriced.
-    constrained: bool = False
 
 
 @dataclass(frozen=True)

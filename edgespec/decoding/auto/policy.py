@@ -104,8 +104,7 @@ class AdaptivePolicy:
         best, exploring = self._trial(options, best, view)
         if best.drafter != "none":
             answer.last_used[best.drafter] = answer.steps
-        if not view.constrained:
-            self._note_idle(plain, options)
+        self._note_idle(plain, options)
         reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
         self.step = StepScratch(best, exploring, first_draft_s=answer.catch_up_s)
         steering = best.drafter == "model" and self.fixed_gamma is None and not exploring

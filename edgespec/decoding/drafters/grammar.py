@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from edgespec.runtime.model import Model
 
 _MIN_COPY_MATCH = 3  # tokens the lookup must match for its value to join a proposal
-_BYTES_PER_TOKEN = 8  # forced text followed per token of budget (keys run several bytes a token)
+_BYTES_PER_TOKEN = 8
+_TOKENIZED_KEPT = 4096  # forced text followed per token of budget (keys run several bytes a token)
 
 
 class GrammarDrafter(LookupDrafter):
@@ -37,6 +38,9 @@ class GrammarDrafter(LookupDrafter):
         self.target = target
         self.constraint: Constraint | None = None
         self.copy = NgramDrafter()
+        # Forced texts recur (every key, comma and closing brace of a schema): their
+        # tokenizations are kept, since the tokenizer costs more than the rest of a lookup.
+        self._tokenized: dict[tuple[int, bytes], list[int]] = {}
 
     def attach(self, constraint: Constraint | None) -> None:
         """The grammar of the answer that starts (None: the answer has none, and nothing is
@@ -93,6 +97,15 @@ class GrammarDrafter(LookupDrafter):
         tokenizer splits punctuation differently at the start of a text than after a
         word or a digit (``,"`` after a number is one token, after nothing two), and
         models write the split they learnt in context."""
+        known = self._tokenized.get((before, text))
+        if known is not None:
+            return known
+        if len(self._tokenized) >= _TOKENIZED_KEPT:
+            self._tokenized.clear()
+        tokens = self._tokenized[(before, text)] = self._tokenize_fresh(before, text)
+        return tokens
+
+    def _tokenize_fresh(self, before: int, text: bytes) -> list[int]:
         lead = self.target.piece(before)
         if lead.isascii() and lead.strip():
             joined = self.target.tokenize((lead + text).decode("ascii"), add_special=False)

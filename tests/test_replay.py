@@ -16,7 +16,15 @@ import pytest
 from conftest import REPLAYED_TOKENS
 
 from edgespec.bench.corpus import prompt_tokens, select
-from edgespec.bench.replay import CURVES, cached_record, cost_model, curve_from_costs, replay
+from edgespec.bench.replay import (
+    CURVES,
+    add_ceiling,
+    cached_record,
+    cost_model,
+    curve_from_costs,
+    record,
+    replay,
+)
 from edgespec.decoding.auto import DEFAULT
 from edgespec.decoding.costs import CostModel
 from edgespec.errors import EdgespecError
@@ -135,3 +143,22 @@ def test_a_measured_profile_replays_as_the_curve_it_measured():
         assert rebuilt.target.estimate(k) == pytest.approx(costs.target.estimate(k))
     with pytest.raises(EdgespecError, match="single-token"):
         curve_from_costs(CostModel.empty(4))
+
+
+@pytest.mark.needs_models
+def test_a_structured_answer_replays_under_its_grammar(pair):
+    """A recording keeps its prompt's schema: the replay decodes under the grammar again, so
+    the grammar's drafter drafts and the ceiling counts its proposals."""
+    chosen = [(p, prompt_tokens(pair, p)) for p in select(ids=["json-rewrite-user-1"])]
+    (rec,) = record(pair.target, pair.draft, chosen, 48)
+    assert rec.extras["json_schema"] and rec.settings(48).grammar is not None
+    configs = ("target only", "auto", "grammar γ=8")
+    results = replay([rec], pair.target, pair.draft, CURVES["gpu"], configs)
+    runs = results[rec.id]
+    assert all(run.exact for run in runs.values())
+    assert runs["grammar γ=8"].steps["grammar"] > 0 and runs["auto"].steps["grammar"] > 0
+    assert runs["grammar γ=8"].decode_tps > runs["target only"].decode_tps
+    add_ceiling([rec], pair.target, CURVES["gpu"], results)
+    assert runs["ceiling"].decode_tps >= max(
+        run.decode_tps for run in runs.values() if run is not runs["ceiling"]
+    )

@@ -19,6 +19,7 @@ REPRESENTATIVE: dict[str, str] = {
     "translation": "translate-en-fr-museum-1",
     "math reasoning": "math-bakery-1",
     "structured": "json-extract-jobpost-1",
+    "short": "short-git-undo-1",
 }
 
 PROMPTS: dict[str, str] = {category: BY_ID[pid].text for category, pid in REPRESENTATIVE.items()}

@@ -110,10 +110,18 @@ class Run:
     steps: dict[str, int]  # verification steps per drafter ("none": plain decoding)
     time_s: dict[str, float]
     python_share: float  # Python work outside llama.cpp, share of the time after prefill
+    accepted: dict[str, int] = field(default_factory=dict)  # accepted draft tokens per drafter
 
     @classmethod
     def from_done(
-        cls, prompt: CorpusPrompt, config: Config, repeat: int, seed: int | None, done: Done, steps: Counter
+        cls,
+        prompt: CorpusPrompt,
+        config: Config,
+        repeat: int,
+        seed: int | None,
+        done: Done,
+        steps: Counter,
+        accepted: Counter | None = None,
     ) -> Run:
         s = done.stats
         decode_time = s.wall_s - s.prefill_s
@@ -133,6 +141,7 @@ class Run:
             steps=dict(steps),
             time_s=s.as_dict()["time_s"],
             python_share=s.other_s / decode_time if decode_time > 0 else 0.0,
+            accepted=dict(accepted or {}),
         )
 
 
@@ -392,14 +401,16 @@ def run_benchmark(
                 **settings_extras(prompt),
             )
             steps: Counter = Counter()
+            accepted: Counter = Counter()
             done = None
             for event in lm.stream(tokens, settings, drafter=config.drafter, gamma=config.gamma):
                 if isinstance(event, Step):
                     steps[event.drafter] += 1
+                    accepted[event.drafter] += event.accepted
                 elif isinstance(event, Done):
                     done = event
             assert done is not None
-            run = Run.from_done(prompt, config, repeat, run_seed, done, steps)
+            run = Run.from_done(prompt, config, repeat, run_seed, done, steps, accepted)
             report.runs.append(run)
             on_run(run)
     report.peak_rss = peak_rss_bytes()

@@ -183,3 +183,27 @@ def test_speculative_sampling_under_a_grammar_is_exact(pair, seed):
     assert deviation(got, joint) < 1e-6
     # Negative control: a sampled draft cut before its forbidden token skews the answer.
     assert deviation(emission(pair, letters, raw, q, want, keep_forbidden=False), joint) > 1e-3
+
+
+def test_the_draft_model_drafts_a_forced_run_whole(pair):
+    """Guided by the grammar, a greedy draft model drafts the forced text (a key no model
+    would guess) in the target's tokenization, then writes the value itself, all in one
+    draft, and reads the forced run in decodes the controller does not take for a catch-up."""
+    from edgespec.decoding.drafters import DraftRequest, GrammarGuide
+    from edgespec.decoding.sampling import SamplingParams
+
+    target = pair.target
+    context = target.tokenize("Give the count as JSON: there are 42 of them.", add_special=False)
+    gbnf = 'root ::= "{\\"qzx_count\\":" [0-9]+ "}"'
+    constraint = Constraint(target, GrammarSpec(gbnf))
+    drafters = pair.engine.drafters
+    guide = GrammarGuide(drafters["grammar"], constraint, context[-1])
+    rng = np.random.default_rng(0)
+    request = DraftRequest(6, SamplingParams(), rng, choose=guide.choose, forced=guide.forced)
+    draft = drafters["model"].propose(context, request)
+    head = target.tokenize('{"qzx_count":', add_special=False)
+    assert draft.tokens[: len(head)] == head and draft.confidences[: len(head)] == [1.0] * len(head)
+    assert len(draft.tokens) == 6 and text_of(pair, draft.tokens[len(head) :]).isdigit()
+    assert constraint.allowed_prefix(draft.tokens) == len(draft.tokens)
+    assert all(size <= 4 for size, _ in draft.decodes[1:])  # (the first reads the context)
+    pair.draft.reset()

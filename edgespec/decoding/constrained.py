@@ -11,8 +11,6 @@ grammar forbids ends the draft before verification: no row is spent on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from edgespec.decoding.grammar import GrammarSpec, GrammarState, constrained_argmax
@@ -53,21 +51,6 @@ class Constraint:
         if params.greedy:
             return best_allowed(self.state, row)
         return sample(probabilities(self.state.mask(row), params), rng)
-
-    def draft_chooser(self) -> Callable[[np.ndarray, list[int]], int]:
-        """A greedy draft model's choice under the grammar: the best token the grammar
-        allows after the committed text and the tokens drafted before it."""
-        walker = self.state.clone()
-        pushed = 0
-
-        def choose(row: np.ndarray, drafted: list[int]) -> int:
-            nonlocal pushed
-            for token in drafted[pushed:]:
-                walker.accept(token)
-            pushed = len(drafted)
-            return best_allowed(walker, row)
-
-        return choose
 
     def allowed_prefix(self, tokens: list[int]) -> int:
         """How many of ``tokens`` the grammar allows in a row from here."""

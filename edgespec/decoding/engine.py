@@ -26,6 +26,7 @@ from edgespec.decoding.drafters import (
     Drafter,
     DraftRequest,
     GrammarDrafter,
+    GrammarGuide,
     ModelDrafter,
     registry,
 )
@@ -306,8 +307,11 @@ class Engine:
             plan.keep_going,
             wants_confidence,
             self._draft_transform(committed, penalties),
-            constraint.draft_chooser() if constraint is not None and params.greedy else None,
         )
+        guide_from = self.drafters.get("grammar")
+        if constraint is not None and params.greedy and isinstance(guide_from, GrammarDrafter):
+            guide = GrammarGuide(guide_from, constraint, committed[-1])
+            request.choose, request.forced = guide.choose, guide.forced
         return self.drafters[plan.drafter].propose(committed, request)
 
     @staticmethod

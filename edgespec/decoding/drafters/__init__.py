@@ -4,7 +4,7 @@ drafter implements; ``registry`` the one list of them (``REGISTRY``)."""
 
 from edgespec.decoding.drafters.base import Draft, Drafter, DraftRequest, LookupDrafter
 from edgespec.decoding.drafters.copy import CopyDrafter
-from edgespec.decoding.drafters.grammar import GrammarDrafter
+from edgespec.decoding.drafters.grammar import GrammarDrafter, GrammarGuide
 from edgespec.decoding.drafters.model import ModelDrafter
 from edgespec.decoding.drafters.ngram import NgramDrafter
 from edgespec.decoding.drafters.reflow import ReflowDrafter
@@ -35,6 +35,7 @@ __all__ = [
     "Drafter",
     "DrafterSpec",
     "GrammarDrafter",
+    "GrammarGuide",
     "LookupDrafter",
     "ModelDrafter",
     "NgramDrafter",

@@ -58,6 +58,9 @@ class DraftRequest:
     # so far in this step (the highest-scoring one the grammar allows), so that a draft
     # model never spends its draft on a token the target would be refused.
     choose: Callable[[np.ndarray, list[int]], int] | None = None
+    # ... and the tokens the grammar forces after the drafted ones (at most the given
+    # number), drafted whole where it forces any.
+    forced: Callable[[list[int], int], list[int]] | None = None
 
 
 class Drafter(Protocol):

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from edgespec.decoding.constrained import best_allowed
 from edgespec.decoding.drafters.base import LookupDrafter
 from edgespec.decoding.drafters.ngram import NgramDrafter
 from edgespec.decoding.grammar import eog_token
@@ -63,7 +66,7 @@ class GrammarDrafter(LookupDrafter):
         try:
             while len(tokens) < max_tokens:
                 before = tokens[-1] if tokens else context[-1]
-                forced = self._forced_run(walker, before, max_tokens - len(tokens))
+                forced = self.forced_run(walker, before, max_tokens - len(tokens))
                 if forced is None:
                     break
                 tokens += forced
@@ -79,7 +82,7 @@ class GrammarDrafter(LookupDrafter):
             walker.close()
         return tokens, max(opening, 0)
 
-    def _forced_run(self, walker: GrammarState, before: int, room: int) -> list[int] | None:
+    def forced_run(self, walker: GrammarState, before: int, room: int) -> list[int] | None:
         """The tokens of the text the grammar forces from ``walker`` (which moves past it),
         and the end of the answer where the grammar must end; None where the target's
         tokenization of the text would not read back as it (then the walker is lost)."""
@@ -133,3 +136,36 @@ class GrammarDrafter(LookupDrafter):
             walker.accept(token)
             kept.append(token)
         return kept
+
+
+class GrammarGuide:
+    """The answer's grammar guiding one greedy draft of the draft model: each token it
+    drafts is the best one the grammar allows, and where the grammar forces text, that
+    text is drafted whole (in the target's tokenization, as the ``grammar`` drafter
+    proposes it) instead of token by token. So one draft-model step can hold a forced run,
+    a value the draft model writes, and the next forced run."""
+
+    def __init__(self, drafter: GrammarDrafter, constraint: Constraint, before: int):
+        self.drafter = drafter
+        self.walker = constraint.state.clone()
+        self.before = before  # the last committed token
+        self.pushed = 0
+
+    def _catch_up(self, drafted: list[int]) -> None:
+        for token in drafted[self.pushed :]:
+            self.walker.accept(token)
+        self.pushed = len(drafted)
+
+    def choose(self, row: np.ndarray, drafted: list[int]) -> int:
+        self._catch_up(drafted)
+        return best_allowed(self.walker, row)
+
+    def forced(self, drafted: list[int], room: int) -> list[int]:
+        """The tokens the grammar forces after ``drafted`` (at most ``room``; the end of the
+        answer where it must end), or none where it leaves a choice."""
+        self._catch_up(drafted)
+        probe = self.walker.clone()
+        try:
+            return self.drafter.forced_run(probe, drafted[-1] if drafted else self.before, room) or []
+        finally:
+            probe.close()

@@ -11,6 +11,10 @@ from edgespec.decoding.drafters.base import Draft, DraftRequest
 from edgespec.decoding.sampling import max_probability, probabilities, sample
 from edgespec.runtime.model import Model, common_prefix
 
+# Tokens per decode of a forced run: the controller reads a draft decode of more than four
+# tokens as the draft catching up on the context, not as drafting.
+_RUN_CHUNK = 4
+
 
 class ModelDrafter:
     """A small model of the same vocabulary drafting autoregressively."""
@@ -47,7 +51,13 @@ class ModelDrafter:
         draft = Draft(tokens=[], catch_up=len(context) - reused)
         logits = self._decode(context[reused:], draft)
         greedy = request.params.greedy
-        for i in range(request.max_tokens):
+        while (i := len(draft.tokens)) < request.max_tokens:
+            forced = request.forced(draft.tokens, request.max_tokens - i) if greedy and request.forced else []
+            if forced:
+                if not self._take_forced(forced, request, draft):
+                    break
+                logits = self._decode_run(forced, draft)
+                continue
             if request.transform is not None:
                 logits = request.transform(logits, draft.tokens)
             if greedy:
@@ -70,6 +80,22 @@ class ModelDrafter:
         if not greedy:
             draft.q = self._q[: len(draft.tokens)]
         return draft
+
+    def _take_forced(self, forced: list[int], request: DraftRequest, draft: Draft) -> bool:
+        """Draft the tokens a grammar forces, with full confidence; whether drafting goes
+        on after them (not past the end of the answer, the budget, or an early stop)."""
+        for token in forced:
+            if request.keep_going is not None and not request.keep_going(len(draft.tokens), 1.0):
+                return False
+            draft.tokens.append(token)
+            draft.confidences.append(1.0)
+        return not self.model.is_eog(forced[-1]) and len(draft.tokens) < request.max_tokens
+
+    def _decode_run(self, tokens: list[int], draft: Draft) -> np.ndarray:
+        """A forced run read in decodes the controller does not take for a catch-up."""
+        for start in range(0, len(tokens), _RUN_CHUNK):
+            logits = self._decode(tokens[start : start + _RUN_CHUNK], draft)
+        return logits
 
     def _decode(self, tokens: list[int], draft: Draft) -> np.ndarray:
         start = self.clock()

@@ -177,6 +177,8 @@ class AcceptanceStats:
         t = self.tuning
         self.model_steps += 1
         for i, confidence in enumerate(confidences[: accepted + 1]):
+            if math.isnan(confidence):
+                continue  # text a grammar forced: judged as the grammar's drafter's, not the model's
             hit = i < accepted
             self.model_hits = t.model_decay * self.model_hits + hit
             self.model_seen = t.model_decay * self.model_seen + 1.0

@@ -25,7 +25,8 @@ class Draft:
     # Row i is the distribution token i was drawn from (sampling with a model drafter);
     # None when proposals are deterministic (greedy, n-gram): q is then one-hot.
     q: np.ndarray | None = None
-    # The drafter's probability for each proposed token (its confidence), for the controller.
+    # The drafter's probability for each proposed token (its confidence), for the controller;
+    # NaN for a token a grammar forced into a draft model's draft (no guess of the model's).
     confidences: list[float] = field(default_factory=list)
     seconds: float = 0.0  # llama.cpp time spent drafting
     catch_up: int = 0  # context tokens the drafter had to decode before drafting

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -82,13 +83,14 @@ class ModelDrafter:
         return draft
 
     def _take_forced(self, forced: list[int], request: DraftRequest, draft: Draft) -> bool:
-        """Draft the tokens a grammar forces, with full confidence; whether drafting goes
-        on after them (not past the end of the answer, the budget, or an early stop)."""
+        """Draft the tokens a grammar forces (their confidence NaN: they are no guess of the
+        draft model's, so its calibration leaves them out); whether drafting goes on after
+        them (not past the end of the answer, the budget, or an early stop)."""
         for token in forced:
             if request.keep_going is not None and not request.keep_going(len(draft.tokens), 1.0):
                 return False
             draft.tokens.append(token)
-            draft.confidences.append(1.0)
+            draft.confidences.append(math.nan)
         return not self.model.is_eog(forced[-1]) and len(draft.tokens) < request.max_tokens
 
     def _decode_run(self, tokens: list[int], draft: Draft) -> np.ndarray:

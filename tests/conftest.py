@@ -78,7 +78,7 @@ REPLAYED_TOKENS = 64
 @pytest.fixture(scope="session")
 def replay_recordings(pair: EdgeSpec) -> list:
     from edgespec.bench.corpus import prompt_tokens, select
-    from edgespec.bench.replay import record
+    from edgespec.bench.recording import record
 
     chosen = [(p, prompt_tokens(pair, p)) for p in select(ids=list(REPLAYED_PROMPTS))]
     return record(pair.target, pair.draft, chosen, REPLAYED_TOKENS)

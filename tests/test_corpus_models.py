@@ -11,7 +11,7 @@ import pytest
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.corpus import CORPUS, conversation, prompt_tokens
-from edgespec.bench.replay import record
+from edgespec.bench.recording import record
 from edgespec.runtime.chat_template import render
 
 AGENTS = [p for p in CORPUS if p.category == "agent"]

@@ -16,15 +16,8 @@ import pytest
 from conftest import REPLAYED_TOKENS
 
 from edgespec.bench.corpus import prompt_tokens, select
-from edgespec.bench.replay import (
-    CURVES,
-    add_ceiling,
-    cached_record,
-    cost_model,
-    curve_from_costs,
-    record,
-    replay,
-)
+from edgespec.bench.recording import cached_record, record
+from edgespec.bench.replay import CURVES, add_ceiling, cost_model, curve_from_costs, replay
 from edgespec.decoding.auto import DEFAULT
 from edgespec.decoding.costs import CostModel
 from edgespec.errors import EdgespecError

@@ -24,8 +24,6 @@ token that the target would reject there, and the confidence the recorded pass h
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import math
 import sys
 import tomllib
@@ -36,19 +34,17 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.api import settings_from
 from edgespec.bench.ceiling import ceiling_ratio
-from edgespec.bench.corpus import CATEGORIES, CorpusPrompt, prompt_tokens, select, settings_extras
+from edgespec.bench.corpus import CATEGORIES, prompt_tokens, select
+from edgespec.bench.recording import Recording, cached_record
 from edgespec.bench.runner import geomean
-from edgespec.bootstrap import LLAMA_CPP_VERSION
 from edgespec.decoding.auto import DEFAULT, PairState, Tuning
 from edgespec.decoding.choice import make_policy
-from edgespec.decoding.costs import CostModel, write_atomically
-from edgespec.decoding.engine import Engine, GenerationSettings
+from edgespec.decoding.costs import CostModel
+from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done, Step
 from edgespec.decoding.policy import FixedPolicy, Policy
 from edgespec.errors import EdgespecError
-from edgespec.models import store
 from edgespec.runtime.model import Model, common_prefix
 
 # -- cost curves ---------------------------------------------------------------------------
@@ -189,119 +185,6 @@ def cost_model(curve: Curve, k_max: int) -> CostModel:
     costs.draft.freeze_baseline()
     costs.overhead = costs.plain_overhead = curve.python_s
     return costs
-
-
-# -- recording -----------------------------------------------------------------------------
-
-
-@dataclass
-class Recording:
-    """One prompt's answer and the draft's view of it, as llama.cpp computed them."""
-
-    id: str
-    category: str
-    prompt: list[int]
-    answer: list[int]
-    ended: bool  # the answer ended with an end-of-generation token (not at max tokens)
-    guesses: list[int]  # guesses[q]: the draft's greedy token for answer position q
-    confidences: list[float]  # ... and its probability
-    extras: dict = field(default_factory=dict)  # the prompt's settings (its JSON schema)
-
-    def settings(self, max_tokens: int) -> GenerationSettings:
-        """The settings the answer was recorded with, as a replay needs them: its grammar
-        too, so that the grammar's drafter and the constrained verification run again."""
-        return settings_from(max_tokens=max_tokens, **self.extras)
-
-
-def record(
-    target: Model,
-    draft: Model,
-    prompts: Iterable[tuple[CorpusPrompt, list[int]]],
-    max_tokens: int,
-    progress: Callable[[str], None] | None = None,
-) -> list[Recording]:
-    """Greedy target answers (plain decoding, under the prompt's JSON schema where it has
-    one) and the draft's teacher-forced guesses."""
-    recordings = []
-    for prompt, tokens in prompts:
-        engine = Engine(target)
-        target.reset()
-        done = None
-        settings = settings_from(max_tokens=max_tokens, **settings_extras(prompt))
-        for event in engine.stream(list(tokens), settings):
-            if isinstance(event, Done):
-                done = event
-        assert done is not None
-        answer = list(done.token_ids)
-        guesses, confidences = _teacher_forced(draft, tokens + answer, len(tokens))
-        recordings.append(
-            Recording(
-                prompt.id,
-                prompt.category,
-                list(tokens),
-                answer,
-                done.stop_reason == "eos",
-                guesses,
-                confidences,
-                settings_extras(prompt),
-            )
-        )
-        if progress:
-            agree = np.mean([g == a for g, a in zip(guesses, answer, strict=False)]) if answer else 0.0
-            progress(f"{prompt.id}: {len(answer)} tokens, the draft guesses {agree:.0%} of them")
-    return recordings
-
-
-_RECORDING_VERSION = 2
-
-
-def cached_record(
-    target: Model,
-    draft: Model,
-    prompts: list[tuple[CorpusPrompt, list[int]]],
-    max_tokens: int,
-    progress: Callable[[str], None] | None = None,
-) -> list[Recording]:
-    """``record``, kept on disk outside the repository: recording takes minutes, and a
-    replay is run again after every change to the controller, which does not change what
-    is recorded. The key covers both model files, the llama.cpp release, the prompts (ids,
-    categories, tokens, schemas) and max tokens."""
-    key = hashlib.sha256()
-    for model in (target, draft):
-        info = model.path.stat()
-        key.update(f"{model.path.resolve()}:{info.st_size}:{info.st_mtime_ns}|".encode())
-    described = [[p.id, p.category, tokens, settings_extras(p)] for p, tokens in prompts]
-    key.update(json.dumps([_RECORDING_VERSION, LLAMA_CPP_VERSION, max_tokens, described]).encode())
-    path = store.home() / "replay" / f"{key.hexdigest()[:16]}.json"
-    try:
-        return [Recording(**item) for item in json.loads(path.read_text())]
-    except (OSError, ValueError, TypeError):
-        pass  # none yet, or unreadable: record again
-    recordings = record(target, draft, prompts, max_tokens, progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps([vars(rec) for rec in recordings]))
-    return recordings
-
-
-def _teacher_forced(draft: Model, sequence: list[int], prompt_len: int) -> tuple[list[int], list[float]]:
-    """The draft's greedy token and its probability after every prefix of ``sequence``
-    from the prompt on: one pass over the recorded answer, chunked to the rows it returns."""
-    draft.reset()
-    if prompt_len > 1:
-        draft.decode(sequence[: prompt_len - 1], 0)
-    rest = sequence[prompt_len - 1 :]
-    width = draft.options.max_outputs
-    guesses: list[int] = []
-    confidences: list[float] = []
-    for start in range(0, len(rest), width):
-        chunk = rest[start : start + width]
-        rows = np.array(draft.decode(chunk, len(chunk)), dtype=np.float64)
-        rows -= rows.max(axis=1, keepdims=True)
-        np.exp(rows, out=rows)
-        guesses += rows.argmax(axis=1).tolist()
-        confidences += (1.0 / rows.sum(axis=1)).tolist()  # the largest entry is exp(0)
-    draft.reset()
-    return guesses, confidences
 
 
 # -- the replayed models -------------------------------------------------------------------

@@ -89,6 +89,21 @@ def longest_idle_run(reasons: list[str]) -> int:
     return max(len(list(run)) for is_idle, run in itertools.groupby(idle) if is_idle)
 
 
+def test_a_long_match_ends_the_skipping_at_once():
+    """A whole-file edit that opens with a sentence of its own: while planning is skipped
+    the n-gram lookup is still asked, and a match of ``waking_match`` tokens wakes it."""
+    adaptive = policy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"))
+    lookups = {"ngram": NgramDrafter()}
+    steps_on_novel_text(adaptive, lookups, 12)
+    assert adaptive.answer.idle_until > adaptive.answer.steps + 1  # skipping
+    source = list(range(2000, 2040))
+    short = [*NOVEL, *source, 7, *source[: DEFAULT.waking_match - 1]]
+    assert plan(adaptive, short, lookups=lookups).reason == "idle"
+    long = [*NOVEL, *source, 7, *source[: DEFAULT.waking_match]]
+    woken = plan(adaptive, long, lookups=lookups)
+    assert woken.reason != "idle" and "ngram:" in woken.reason  # priced again
+
+
 def test_where_nothing_comes_near_paying_the_controller_looks_less_often_but_keeps_looking():
     """On a steep CPU curve, over text that never repeats, no lookup comes near plain
     decoding's rate and the draft model cannot pay even at its best: planning (most of
@@ -100,7 +115,7 @@ def test_where_nothing_comes_near_paying_the_controller_looks_less_often_but_kee
     reasons = steps_on_novel_text(adaptive, lookups, 60)
     idle = [r == "idle" for r in reasons]
     assert sum(idle) > 40, reasons  # most steps skip planning ...
-    assert ngram.lookups == 60 - sum(idle)  # ... and skip the lookups with it
+    assert ngram.lookups == 60  # ... and ask only the n-gram index, for a long match
     assert longest_idle_run(reasons) == DEFAULT.max_idle  # ... but never for long
     # The text turns into a copy of what came before: the first proposal looked at is
     # judged right twice in a row, every step is planned again, and the copy is drafted.

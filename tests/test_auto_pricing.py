@@ -144,35 +144,42 @@ def test_cpu_costs_with_a_good_model_draft_still_prefer_plain_decoding():
     assert plan(adaptive, NOVEL).drafter == "none"
 
 
-def test_a_long_draft_waits_until_the_answer_can_afford_its_worst_case():
-    """A long, reliable copy on a steep CPU: a 16-token draft whose first token fails costs
-    eleven plain steps there, more than 3 % of an answer can lose. So an answer starts with
-    short drafts, drafts long once drafting has saved enough, and short again after a long
-    draft failed; on a flat (GPU) curve it drafts long at once."""
+def test_a_long_draft_is_bounded_by_what_the_evidence_expects_it_to_lose():
+    """A long copy on a steep CPU: a 16-token draft whose first token fails costs eleven
+    plain steps there, more than 3 % of an answer can lose. Where copies have always held,
+    that failure is unlikely and the answer drafts long at once; where they broke one time
+    in ten it drafts short (and its worst case is what bounds it). On a flat (GPU) curve it
+    drafts long at once."""
     repeated = list(range(200, 240))
     context = [*repeated, 0, *repeated[:10]]
 
-    def reliable():
+    def evidence(hits: float, seen: float = 50.0):
         stats = acceptance_stats()
-        stats.lookup["ngram"].hits[:] = stats.lookup["ngram"].seen[:] = 50.0  # copies held before
+        stats.lookup["ngram"].hits[:], stats.lookup["ngram"].seen[:] = hits, seen
         return stats
 
-    adaptive = policy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"), stats=reliable())
-    first = plan(adaptive, context)
-    assert first.drafter == "ngram" and 1 <= first.gamma <= 4
-    held = Draft(tokens=[0] * 4, confidences=[1.0] * 4)
-    for i in range(10):  # the copy goes on; each step saved 5 plain steps (290 ms) less its 220 ms
-        copied = repeated[10 + 5 * i : 15 + 5 * i]
-        adaptive.observe(StepOutcome("ngram", 4, 4, held, verify_s=0.22, overhead_s=0.0, new_tokens=copied))
-    chosen = plan(adaptive, context)
-    assert chosen.drafter == "ngram" and chosen.gamma >= 12
-    failed = Draft(tokens=[1] * chosen.gamma, confidences=[1.0] * chosen.gamma)
-    adaptive.observe(
-        StepOutcome("ngram", chosen.gamma, 0, failed, verify_s=0.7, overhead_s=0, new_tokens=[0])
-    )
-    assert plan(adaptive, context).gamma <= 5
-    gpu = policy(costs(FLAT_TARGET, draft_ms=2), ("ngram",), stats=reliable())
+    sure = policy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"), stats=evidence(400.0, 400.0))
+    assert plan(sure, context).gamma >= 12
+    shaky = plan(policy(costs(CPU_TARGET, draft_ms=22), ("ngram", "model"), stats=evidence(46.0)), context)
+    assert shaky.drafter == "ngram" and 1 <= shaky.gamma <= 4
+    gpu = policy(costs(FLAT_TARGET, draft_ms=2), ("ngram",), stats=evidence(46.0))
     assert plan(gpu, context).gamma >= 12
+
+
+def test_the_expected_loss_counts_only_outcomes_worse_than_plain_decoding():
+    """Two drafts at 50 %: with none accepted the 2-second step makes 1 token (1 s lost
+    against plain steps of 1 s), with one accepted 2 tokens (none lost), and so on."""
+    loss = pricing.expected_loss(np.array([0.5, 0.5]), np.array([2.0, 3.0]), 1.0)
+    assert loss == pytest.approx([0.5 * 1.0, 0.5 * 2.0 + 0.25 * 1.0])
+    # a Xeon-like curve (T(k) = 86 ms · (1 + 0.13·(k-1))), the risk one plain step
+    verify_row = 0.086 * (1 + 0.13 * np.arange(1, 33))
+    plain, risk = 0.087, 0.087
+    worst_case = pricing.best_gamma("ngram", np.full(32, 0.99), verify_row, 0.0, 0.0, risk=risk)
+    held = pricing.best_gamma("ngram", np.full(32, 0.99), verify_row, 0.0, 0.0, risk=risk, plain_s=plain)
+    shaky = pricing.best_gamma("ngram", np.full(32, 0.6), verify_row, 0.0, 0.0, risk=risk, plain_s=plain)
+    assert worst_case.gamma <= 8  # the worst case alone keeps even a sure copy short
+    assert held.gamma >= 24  # expected to lose little: drafted far
+    assert shaky.gamma <= 8  # a copy that breaks often stays short
 
 
 def test_lookups_that_agree_are_priced_apart_from_one_alone():

@@ -11,7 +11,7 @@ import pytest
 from synthetic_costs import f16_costs, policy
 
 from edgespec.decoding.auto import DEFAULT, AcceptanceStats, LookupStats, expected_tokens, posterior_mean
-from edgespec.decoding.auto.stats import length_buckets
+from edgespec.decoding.auto.stats import HELD, length_buckets
 
 
 def test_expected_tokens():
@@ -85,3 +85,23 @@ def test_the_draft_models_record_from_earlier_answers_is_a_weak_prior_for_a_new_
     policy(f16_costs(), ("model",), stats=stats)  # a new answer
     stats.observe_model([0.5] * 4, 4)
     assert stats.model > 0.45, stats.model
+
+
+def test_a_copy_that_held_long_is_judged_apart_starting_from_the_other_evidence():
+    """After a long copy held in this answer, the drafter's proposals are judged at their
+    own level: with no evidence of their own they are priced as at the base level, their
+    evidence moves them and not the base level, and the base level's evidence still
+    reaches them."""
+    stats = LookupStats()
+    for _ in range(30):  # at the base level, 3-token matches hold half the time
+        stats.observe(3, True)
+        stats.observe(3, False)
+    base, held = stats.acceptance(3, 1), stats.acceptance(3, 1, source=HELD)
+    assert held[0] == pytest.approx(base[0], abs=0.05)
+    for _ in range(30):  # ... and always after a held copy
+        stats.observe(3, True, source=HELD)
+    assert stats.acceptance(3, 1, source=HELD)[0] > 0.8
+    assert stats.acceptance(3, 1)[0] == pytest.approx(base[0])  # the base level is unmoved
+    for _ in range(60):  # base evidence at another length reaches the held level's empty bucket
+        stats.observe(1, False)
+    assert stats.acceptance(1, 1, source=HELD)[0] < 0.2

@@ -168,6 +168,32 @@ def test_bars_name_the_slow_prompt_and_the_category():
     ]
 
 
+def test_auto_is_held_to_the_best_llama_cpp_loop_per_prompt_and_per_category():
+    """Each prompt against whichever of llama.cpp's loops did best on it; the category
+    against the loop with the best geometric mean there."""
+    report = synthetic_report()  # auto: a ×1.5, b ×0.5
+    simple, mod = ALL_CONFIGS["llama.cpp ngram-simple"], ALL_CONFIGS["llama.cpp ngram-mod"]
+    report.configs += [simple, mod]
+    loop_ratios = {
+        (simple.label, "a"): 1.2,
+        (simple.label, "b"): 0.4,
+        (mod.label, "a"): 1.6,
+        (mod.label, "b"): 0.45,
+    }
+    for (label, prompt), ratio in loop_ratios.items():
+        for repeat in range(3):
+            base = report.run_of(prompt, BASELINE.label, repeat)
+            report.runs.append(make_run(prompt, label, repeat, base.decode_tps * ratio))
+    found = dict((text, ok) for ok, text in bars(report, report.summary()))
+    # a: 1.5 / 1.6 (ngram-mod is best there); b: 0.5 / 0.45
+    assert found["a: auto ×0.94 of llama.cpp's best loop on it (llama.cpp ngram-mod; bar ≥ 1.00)"] is False
+    assert found["b: auto ×1.11 of llama.cpp's best loop on it (llama.cpp ngram-mod; bar ≥ 1.00)"] is True
+    # category: auto sqrt(1.5·0.5) against ngram-mod's sqrt(1.6·0.45) (ngram-simple's is lower)
+    expected = math.sqrt(1.5 * 0.5) / math.sqrt(1.6 * 0.45)
+    line = f"code editing: auto ×{expected:.2f} of llama.cpp's best loop here (llama.cpp ngram-mod; "
+    assert found[line + "geometric means; bar ≥ 1.10)"] is False
+
+
 def test_answers_without_a_drafting_step_measure_the_run_s_noise():
     """Where auto decoded plainly it did target-only's work: such a prompt below the bar is
     said to be the run's noise, and their spread is printed; a prompt that drafted is not."""

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from edgespec.bench.ceiling import ceiling_ratio, fastest_seconds, held_runs, lookup_runs, model_runs
+from edgespec.bench.holds import Holds
 from edgespec.bench.replay import CURVES, add_ceiling, replay
 
 
@@ -96,3 +97,19 @@ def test_no_replayed_configuration_beats_the_ceiling(pair, replay_recordings, cu
     if curve == "gpu":
         edit = results["edit-rename-py-1"]
         assert edit["ceiling"].decode_tps > 1.3 * edit["auto"].decode_tps
+
+
+def test_holds_count_each_span_only_where_it_could_have_held():
+    """A proposal counts toward "the next k tokens hold" only where the proposal and the
+    answer both have k tokens left; its tokens are judged up to the first wrong one."""
+    holds = Holds()
+    holds.add("ngram", 12, [1] * 20, 100, 20)  # held all 20
+    holds.add("ngram", 10, [1] * 20, 100, 5)  # broke after 5
+    holds.add("ngram", 9, [1] * 4, 100, 4)  # too short to count for 8 or more
+    key = ("ngram", holds.bucket(12))
+    assert holds.bucket(9) == holds.bucket(12) != holds.bucket(13)
+    assert dict(holds.seen[key]) == {1: 3, 4: 3, 8: 2, 16: 2}
+    assert dict(holds.held[key]) == {1: 3, 4: 3, 8: 1, 16: 1}
+    assert holds.tokens[key] == [20 + 5 + 4, 20 + 6 + 4]
+    row = next(line for line in holds.table().splitlines() if line.startswith("ngram"))
+    assert row.split()[1:4] == ["9-12", "3", "0.97"]

@@ -34,3 +34,22 @@ def test_index_follows_a_growing_context_and_a_new_one():
     context += [3, 9, 1, 2]
     assert d.lookup(context, 2) == ([3, 9], 2)  # the most recent continuation now
     assert d.lookup([4, 4, 4], 1) == ([4], 2)  # a different context: the index is rebuilt
+
+
+def test_the_match_length_is_how_far_the_copy_reaches_back():
+    """The index is keyed on at most max_n tokens, but a copy in progress matches its
+    source much further back: that length is what the controller prices."""
+    source = list(range(100, 140))
+    d = NgramDrafter(min_n=1, max_n=4)
+    assert d.lookup([*source, 1, 2, *source[:3]], 2) == ([103, 104], 3)
+    assert d.lookup([*source, 1, 2, *source[:30]], 2) == ([130, 131], 30)
+    # a match that starts mid-way: only the tokens that agree count
+    tokens, n = d.lookup([*source, 1, 2, 7, *source[20:32]], 2)
+    assert (tokens, n) == ([132, 133], 12)
+
+
+def test_a_proposal_from_the_prediction_says_so():
+    d = NgramDrafter(min_n=1, max_n=3)
+    d.begin([1, 2], [50, 51, 52, 53])
+    assert d.lookup([1, 2, 9, 50, 51], 2) == ([52, 53], 2) and d.from_prediction
+    assert d.lookup([1, 2, 9, 50, 51, 9, 1], 1) == ([2], 1) and not d.from_prediction

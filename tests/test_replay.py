@@ -109,12 +109,17 @@ def test_recordings_are_kept_and_a_damaged_one_is_recorded_again(pair, tmp_path,
     first = cached_record(pair.target, pair.draft, chosen, 8)
     (kept,) = (tmp_path / "replay").glob("*.json")
     assert cached_record(pair.target, pair.draft, chosen, 8) == first
-    kept.write_text('[{"id": "math-bak')  # cut off mid-write by a crash, say
+    kept.write_text('{"id": "math-bak')  # cut off mid-write by a crash, say
     assert cached_record(pair.target, pair.draft, chosen, 8) == first
-    assert json.loads(kept.read_text())[0]["answer"] == first[0].answer
+    assert json.loads(kept.read_text())["answer"] == first[0].answer
     # another token budget is another recording
     assert len(cached_record(pair.target, pair.draft, chosen, 4)[0].answer) == 4
     assert len(list((tmp_path / "replay").glob("*.json"))) == 2
+    # one file per prompt: a selection that adds a prompt records only that one
+    more = chosen + [(p, prompt_tokens(pair, p)) for p in select(ids=["short-git-undo-1"])]
+    recorded: list[str] = []
+    both = cached_record(pair.target, pair.draft, more, 8, recorded.append)
+    assert both[0] == first[0] and [line.split(":")[0] for line in recorded] == ["short-git-undo-1"]
 
 
 def test_a_measured_profile_replays_as_the_curve_it_measured():

@@ -31,17 +31,22 @@ def held_runs(proposals: list[int], answer: list[int], start: int) -> int:
 
 
 def lookup_runs(
-    target: Model, prompt: list[int], answer: list[int], longest: int, grammar: GrammarSpec | None = None
+    target: Model,
+    prompt: list[int],
+    answer: list[int],
+    longest: int,
+    grammar: GrammarSpec | None = None,
+    prediction: list[int] | None = None,
 ) -> list[int]:
     """For every answer position i: the most tokens from i on that one of the lookups
     (copy, n-gram, reflow, and the grammar's where the answer has one), asked after
-    answer[:i], proposes right. (Position 0, the token the prompt's prefill makes, is 0: no
-    step drafts it.)"""
+    answer[:i] (with ``prediction`` as the request's Predicted Output), proposes right.
+    (Position 0, the token the prompt's prefill makes, is 0: no step drafts it.)"""
     # the lookups auto chooses among, built as the engine builds them
     drafters = {name: d for name, d in Engine(target).drafters.items() if name in LOOKUP_DRAFTERS}
     constraint = Constraint(target, grammar) if grammar is not None else None
     for drafter in drafters.values():
-        drafter.begin(prompt, [])
+        drafter.begin(prompt, prediction or [])
         if isinstance(drafter, GrammarDrafter):
             drafter.attach(constraint)
     runs = [0] * len(answer)
@@ -110,16 +115,18 @@ def ceiling_ratio(
     longest: int,
     end_token: int | None = None,
     grammar: GrammarSpec | None = None,
+    prediction: list[int] | None = None,
 ) -> float:
     """Decode-phase speed of the fastest schedule over plain decoding's (1.0 for an
     answer of one token): drafts of at most ``longest`` tokens, the draft model's only
     where ``guesses`` (its teacher-forced tokens) are given. An answer that ended with
     ``end_token`` has one more step to take, the one that makes it (as a replay does). An answer decoded under
-    ``grammar`` has the grammar's drafter among the lookups."""
+    ``grammar`` has the grammar's drafter among the lookups; the lookups also copy from
+    ``prediction`` where one is given."""
     sequence = answer + ([end_token] if end_token is not None else [])
     if len(sequence) < 2:
         return 1.0
-    lookup = lookup_runs(target, prompt, sequence, longest, grammar)
+    lookup = lookup_runs(target, prompt, sequence, longest, grammar, prediction)
     model = None if guesses is None else model_runs(guesses, sequence)
     plain = (len(sequence) - 1) * verify_s(1)
     return plain / fastest_seconds(lookup, model, verify_s, draft_token_s, longest)

@@ -1,4 +1,4 @@
-"""The benchmark's prompt corpus: requests in ten categories, each split in halves.
+"""The benchmark's prompt corpus: requests in eleven categories, each split in halves.
 
 A drafter or a controller tuned on one prompt learns that prompt; the speed-ups it shows
 there need not survive a new one. So every category holds at least eight prompts, split
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 CATEGORIES = (
     "code writing",
     "code editing",
+    "code completion",
     "summarization",
     "rag",
     "open chat",
@@ -92,6 +94,17 @@ def prompt_tokens(lm: EdgeSpec, prompt: CorpusPrompt) -> list[int]:
     """A prompt's tokens: its conversation and tools through the target's chat template."""
     messages, tools = conversation(prompt)
     return lm.prompt_tokens(messages, chat=True, tools=tools)
+
+
+_FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+
+
+def predicted_output(prompt: CorpusPrompt) -> str | None:
+    """What an editor would send as the Predicted Output of a prompt that hands over code
+    to change: the first fenced block of its text (the file before the edit); None where
+    it has none."""
+    found = _FENCE.search(prompt.text)
+    return found.group(1) if found else None
 
 
 def settings_extras(prompt: CorpusPrompt) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """llama.cpp's own speculative decoding on the same prompts, as a reference.
 
-``llama-speculative-simple --spec-type ngram-simple`` (llama.cpp's prompt lookup: a
-12-token match, then a 48-token draft) is built from the llama.cpp sources vendored in the
-``llama-cpp-python`` sdist, outside the repository:
+``llama-speculative-simple`` runs each of llama.cpp's loops (``LOOPS``): ``ngram-simple``
+(its prompt lookup: a 12-token match, then a 48-token draft), ``ngram-mod`` (a rolling
+hash of the last tokens over the context, drafting 48 to 64) and ``draft-simple`` (the
+draft model, up to 3 tokens a step). It is built from the llama.cpp sources vendored in
+the ``llama-cpp-python`` sdist, outside the repository:
 
     edgespec bench --llamacpp-build        # once: configures and builds it (minutes)
     edgespec bench --llamacpp BINARY ...   # runs it beside the other configurations
@@ -101,22 +103,41 @@ def build(jobs: int | None = None) -> Path:
     return binary
 
 
-def run_ngram_simple(
-    binary: Path, target: Path, prompt_text: str, n_predict: int, threads: int, ctx: int = 4096
+LOOPS = ("ngram-simple", "ngram-mod", "draft-simple")  # llama.cpp's --spec-type names
+
+
+def run_loop(
+    binary: Path,
+    loop: str,
+    target: Path,
+    draft: Path | None,
+    prompt_text: str,
+    n_predict: int,
+    threads: int,
+    ctx: int = 4096,
 ) -> ReferenceRun:
-    """One greedy generation with llama.cpp's n-gram lookup speculation. ``prompt_text`` is
-    the chat-rendered prompt (special tokens are parsed)."""
+    """One greedy generation with one of llama.cpp's speculative loops (``LOOPS``), each
+    with llama.cpp's own defaults. ``prompt_text`` is the chat-rendered prompt (special
+    tokens are parsed); ``draft`` is the draft model, which ``draft-simple`` needs."""
+    if loop not in LOOPS:
+        raise EdgespecError(f"unknown llama.cpp loop {loop!r} (known: {', '.join(LOOPS)})")
     cmd = [
-        str(binary), "-m", str(target), "--spec-type", "ngram-simple", "-p", prompt_text,
+        str(binary), "-m", str(target), "--spec-type", loop, "-p", prompt_text,
         "-n", str(n_predict), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
         "--temp", "0", "--top-k", "1", "--seed", "1",
     ]  # fmt: skip
+    if loop == "draft-simple":
+        if draft is None:
+            raise EdgespecError("llama.cpp's draft-simple loop needs a draft model")
+        cmd += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     log = result.stdout + result.stderr
     decoded, drafted, accepted = _DECODED.search(log), _DRAFTED.search(log), _ACCEPTED.search(log)
     if result.returncode != 0 or decoded is None:
         tail = " | ".join(line for line in log.strip().splitlines()[-3:])
-        raise EdgespecError(f"llama-speculative-simple failed ({result.returncode}): {tail}")
+        raise EdgespecError(
+            f"llama-speculative-simple --spec-type {loop} failed ({result.returncode}): {tail}"
+        )
     return ReferenceRun(
         tokens=int(decoded.group(1)),
         decode_s=float(decoded.group(2)),

@@ -13,6 +13,7 @@ from edgespec.bench.corpus import BY_ID
 REPRESENTATIVE: dict[str, str] = {
     "code writing": "write-py-runlength-1",
     "code editing": "edit-rename-py-1",
+    "code completion": "complete-py-duration-1",
     "summarization": "sum-release-tidewater-3",
     "rag": "rag-lighthouse-1",
     "open chat": "chat-advice-trip-1",

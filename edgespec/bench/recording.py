@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from edgespec.api import settings_from
-from edgespec.bench.corpus import CorpusPrompt, settings_extras
+from edgespec.api import EdgeSpec, settings_from
+from edgespec.bench.corpus import CorpusPrompt, prompt_tokens, select, settings_extras
 from edgespec.bootstrap import LLAMA_CPP_VERSION
 from edgespec.decoding.costs import write_atomically
 from edgespec.decoding.engine import Engine, GenerationSettings
 from edgespec.decoding.events import Done
+from edgespec.errors import EdgespecError
 from edgespec.models import store
 from edgespec.runtime.model import Model
 
@@ -89,25 +92,49 @@ def cached_record(
     max_tokens: int,
     progress: Callable[[str], None] | None = None,
 ) -> list[Recording]:
-    """``record``, kept on disk outside the repository: recording takes minutes, and a
-    replay is run again after every change to the controller, which does not change what
-    is recorded. The key covers both model files, the llama.cpp release, the prompts (ids,
-    categories, tokens, schemas) and max tokens."""
-    key = hashlib.sha256()
+    """``record``, kept on disk outside the repository, one file per prompt: recording
+    takes minutes, and a replay is run again after every change to the controller, which
+    does not change what is recorded, and over other selections of the same prompts. The
+    key covers both model files, the llama.cpp release, the prompt (id, category, tokens,
+    schema) and max tokens."""
+    models = hashlib.sha256()
     for model in (target, draft):
         info = model.path.stat()
-        key.update(f"{model.path.resolve()}:{info.st_size}:{info.st_mtime_ns}|".encode())
-    described = [[p.id, p.category, tokens, settings_extras(p)] for p, tokens in prompts]
-    key.update(json.dumps([_RECORDING_VERSION, LLAMA_CPP_VERSION, max_tokens, described]).encode())
-    path = store.home() / "replay" / f"{key.hexdigest()[:16]}.json"
-    try:
-        return [Recording(**item) for item in json.loads(path.read_text())]
-    except (OSError, ValueError, TypeError):
-        pass  # none yet, or unreadable: record again
-    recordings = record(target, draft, prompts, max_tokens, progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps([vars(rec) for rec in recordings]))
-    return recordings
+        models.update(f"{model.path.resolve()}:{info.st_size}:{info.st_mtime_ns}|".encode())
+    out: dict[str, Recording] = {}
+    paths: dict[str, Path] = {}
+    missing = []
+    for prompt, tokens in prompts:
+        key = models.copy()
+        described = [prompt.id, prompt.category, tokens, settings_extras(prompt)]
+        key.update(json.dumps([_RECORDING_VERSION, LLAMA_CPP_VERSION, max_tokens, described]).encode())
+        path = paths[prompt.id] = store.home() / "replay" / f"{key.hexdigest()[:16]}.json"
+        try:
+            out[prompt.id] = Recording(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            missing.append((prompt, tokens))  # none yet, or unreadable: record again
+    for prompt, tokens in missing:  # each kept as soon as it is recorded
+        (recording,) = record(target, draft, [(prompt, tokens)], max_tokens, progress)
+        path = paths[recording.id]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(vars(recording)))
+        out[recording.id] = recording
+    return [out[prompt.id] for prompt, _ in prompts]
+
+
+def recorded_corpus(
+    split: str, categories: list[str] | None, max_tokens: int
+) -> tuple[EdgeSpec, list[Recording]]:
+    """The default pair, loaded, and the recordings of the corpus prompts chosen (those
+    not recorded yet are recorded now, with progress on stderr)."""
+    lm = EdgeSpec(quiet=True)
+    if lm.draft is None:
+        raise EdgespecError("recording needs the draft model")
+    chosen = [(p, prompt_tokens(lm, p)) for p in select(split, categories)]
+    print(f"{len(chosen)} answers: those not recorded yet are recorded with the real models (and kept)",
+          file=sys.stderr)  # fmt: skip
+    progress = lambda line: print(" ", line, file=sys.stderr)  # noqa: E731
+    return lm, cached_record(lm.target, lm.draft, chosen, max_tokens, progress)
 
 
 def _teacher_forced(draft: Model, sequence: list[int], prompt_len: int) -> tuple[list[int], list[float]]:

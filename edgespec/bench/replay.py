@@ -29,14 +29,14 @@ import sys
 import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from edgespec.bench.ceiling import ceiling_ratio
-from edgespec.bench.corpus import CATEGORIES, prompt_tokens, select
-from edgespec.bench.recording import Recording, cached_record
+from edgespec.bench.corpus import BY_ID, CATEGORIES, predicted_output
+from edgespec.bench.recording import Recording, recorded_corpus
 from edgespec.bench.runner import geomean
 from edgespec.decoding.auto import DEFAULT, PairState, Tuning
 from edgespec.decoding.choice import make_policy
@@ -304,9 +304,11 @@ class ReplayedDraft(ReplayedModel):
 # -- replaying -----------------------------------------------------------------------------
 
 CONFIGS = ("target only", "auto", "model γ=2", "model γ=4", "model γ=8")
+PREDICTED = " predicted"  # a label's suffix: the prompt's code is sent as the Predicted Output
 
 
 def policy_for(label: str, state: PairState, engine: Engine) -> Policy:
+    label = label.removesuffix(PREDICTED)
     if label == "target only":
         return FixedPolicy("none", 0)
     if label == "auto":
@@ -355,6 +357,8 @@ def replay(
             replayed_target.play(rec)
             replayed_draft.play(rec)
             settings = rec.settings(max(len(rec.answer), 1))
+            if label.endswith(PREDICTED):
+                settings = replace(settings, prediction=tuple(prediction_of(rec, target)))
             steps: Counter = Counter()
             done = None
             for event in engine.stream(list(rec.prompt), settings, policy_for(label, state, engine)):
@@ -368,25 +372,43 @@ def replay(
     return results
 
 
+def prediction_of(rec: Recording, target: Model) -> list[int]:
+    """The Predicted Output an editor would send with the recording's prompt, tokenized."""
+    prompt = BY_ID.get(rec.id)
+    text = predicted_output(prompt) if prompt is not None else None
+    return target.tokenize(text, add_special=False) if text else []
+
+
 def add_ceiling(
-    recordings: list[Recording], target: Model, curve: Curve, results: dict[str, dict[str, Replayed]]
+    recordings: list[Recording],
+    target: Model,
+    curve: Curve,
+    results: dict[str, dict[str, Replayed]],
+    predicted: bool = False,
 ) -> None:
     """Adds the configuration "ceiling" to ``results``: each answer at the speed of the
-    fastest schedule in hindsight over auto's drafters on ``curve`` (bench.ceiling)."""
+    fastest schedule in hindsight over auto's drafters on ``curve`` (bench.ceiling); with
+    ``predicted``, "ceiling predicted" too, whose lookups also copy from the Predicted
+    Output."""
     for rec in recordings:
-        ratio = ceiling_ratio(
-            target,
-            rec.prompt,
-            rec.answer,
-            rec.guesses,
-            lambda k: curve.target_seconds(k) + curve.python_s,
-            curve.draft_seconds(1),
-            target.options.max_outputs - 1,
-            target.eos if rec.ended else None,
-            rec.settings(1).grammar,
-        )
-        plain = results[rec.id]["target only"]
-        results[rec.id]["ceiling"] = Replayed(plain.decode_tps * ratio)
+        for label, prediction in [
+            ("ceiling", None),
+            *([("ceiling" + PREDICTED, prediction_of(rec, target))] if predicted else []),
+        ]:
+            ratio = ceiling_ratio(
+                target,
+                rec.prompt,
+                rec.answer,
+                rec.guesses,
+                lambda k: curve.target_seconds(k) + curve.python_s,
+                curve.draft_seconds(1),
+                target.options.max_outputs - 1,
+                target.eos if rec.ended else None,
+                rec.settings(1).grammar,
+                prediction,
+            )
+            plain = results[rec.id]["target only"]
+            results[rec.id][label] = Replayed(plain.decode_tps * ratio)
 
 
 def summarize(
@@ -450,28 +472,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "target only" not in args.configs:
         args.configs.insert(0, "target only")
-    from edgespec.api import EdgeSpec  # (loads llama.cpp)
-
     try:
-        lm = EdgeSpec(quiet=True)
-        if lm.draft is None:
-            raise EdgespecError("a replay needs the draft model")
-        prompts = select(args.split, args.categories)
-        chosen = [(p, prompt_tokens(lm, p)) for p in prompts]
-        print(
-            f"recording {len(chosen)} answers with the real models (kept for the next replay)",
-            file=sys.stderr,
-        )
-        recordings = cached_record(
-            lm.target, lm.draft, chosen, args.max_tokens, lambda line: print(" ", line, file=sys.stderr)
-        )
+        lm, recordings = recorded_corpus(args.split, args.categories, args.max_tokens)
         for name in args.curve:
             curve = curve_from_costs(lm.controller_state().costs) if name == "here" else CURVES[name]
             results = replay(recordings, lm.target, lm.draft, curve, args.configs)
             configs = list(args.configs)
             if args.ceiling:
-                add_ceiling(recordings, lm.target, curve, results)
-                configs.append("ceiling")
+                predicted = any(label.endswith(PREDICTED) for label in configs)
+                add_ceiling(recordings, lm.target, curve, results, predicted)
+                configs += ["ceiling", *(["ceiling" + PREDICTED] if predicted else [])]
             print(
                 f"\nreplayed on the '{name}' curve ({curve.about}); {args.split} half, {args.max_tokens} "
                 "tokens: decode-phase ratio to target-only, worst prompt in brackets"

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgespec.api import EdgeSpec, settings_from
-from edgespec.bench.corpus import CorpusPrompt, conversation, prompt_tokens, settings_extras
-from edgespec.bench.llamacpp import run_ngram_simple
+from edgespec.bench.corpus import CorpusPrompt, conversation, predicted_output, prompt_tokens, settings_extras
+from edgespec.bench.llamacpp import LOOPS, run_loop
 from edgespec.decoding.auto import describe
 from edgespec.decoding.events import Done, Step
 from edgespec.errors import EdgespecError
@@ -45,6 +45,7 @@ class Config:
     temperature: float = 0.0
     verify: str = "token"
     adaptive: bool = False
+    predict: bool = False  # sends the prompt's code as the Predicted Output, as an editor would
 
     @property
     def fixed(self) -> bool:
@@ -53,9 +54,9 @@ class Config:
 
 BASELINE = Config("target only", "none", 0)
 AUTO = Config("auto", "auto", "auto", adaptive=True)
-# llama.cpp's own prompt-lookup speculation (llama-speculative-simple --spec-type
-# ngram-simple), run as a separate process on the same model file and prompt.
-LLAMACPP = Config("llama.cpp ngram-simple", "llama.cpp", 0)
+# llama.cpp's own speculative loops (llama-speculative-simple --spec-type …), each run as
+# a separate process on the same model files and prompt.
+LLAMACPP = [Config(f"llama.cpp {loop}", "llama.cpp", 0) for loop in LOOPS]
 GREEDY = [
     BASELINE,
     Config("model γ=2", "model", 2),
@@ -66,6 +67,7 @@ GREEDY = [
     Config("reflow γ=4", "reflow", 4),
     Config("copy γ=16", "copy", 16),
     AUTO,
+    Config("auto predicted", "auto", "auto", adaptive=True, predict=True),
 ]
 DEFAULT_LABELS = ["target only", "auto", "model γ=4", "ngram γ=4", "ngram γ=16", "reflow γ=4"]
 SAMPLING_TEMPERATURE = 0.7
@@ -75,7 +77,7 @@ SAMPLING = [
     Config("model γ=4 block T=0.7", "model", 4, SAMPLING_TEMPERATURE, "block"),
     Config("auto T=0.7", "auto", "auto", SAMPLING_TEMPERATURE, adaptive=True),
 ]
-ALL_CONFIGS = {c.label: c for c in [*GREEDY, LLAMACPP, *SAMPLING]}
+ALL_CONFIGS = {c.label: c for c in [*GREEDY, *LLAMACPP, *SAMPLING]}
 
 
 def baseline_for(config: Config) -> Config:
@@ -331,17 +333,21 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
-def _llamacpp_run(lm: EdgeSpec, binary: Path, prompt: CorpusPrompt, repeat: int, max_tokens: int) -> Run:
-    """The same prompt through llama.cpp's own n-gram speculation (its decode phase)."""
+def _llamacpp_run(
+    lm: EdgeSpec, binary: Path, config: Config, prompt: CorpusPrompt, repeat: int, max_tokens: int
+) -> Run:
+    """The same prompt through one of llama.cpp's own loops (its decode phase)."""
     messages, tools = conversation(prompt)
     text = render(lm.target, messages, tools=tools)
     threads = lm.target.options.n_threads or default_threads()
-    ref = run_ngram_simple(binary, lm.target.path, text, max_tokens, threads, ctx=lm.target.n_ctx)
+    loop = config.label.removeprefix("llama.cpp ")
+    draft = lm.draft.path if lm.draft is not None else None
+    ref = run_loop(binary, loop, lm.target.path, draft, text, max_tokens, threads, ctx=lm.target.n_ctx)
     passes = max(ref.tokens - ref.accepted - 1, 1)  # one target token per verification
     return Run(
         prompt=prompt.id,
         category=prompt.category,
-        config=LLAMACPP.label,
+        config=config.label,
         repeat=repeat,
         seed=None,
         tokens=ref.tokens,
@@ -382,10 +388,10 @@ def run_benchmark(
             tokens = prompt_tokens(lm, prompt)
         turn = round_ % len(configs)
         for config in [*configs[turn:], *configs[:turn]]:
-            if config == LLAMACPP:
+            if config in LLAMACPP:
                 if llamacpp is None:
-                    raise EdgespecError("the llama.cpp configuration needs the tool's path (--llamacpp)")
-                run = _llamacpp_run(lm, llamacpp, prompt, repeat, max_tokens)
+                    raise EdgespecError("the llama.cpp configurations need the tool's path (--llamacpp)")
+                run = _llamacpp_run(lm, llamacpp, config, prompt, repeat, max_tokens)
                 report.runs.append(run)
                 on_run(run)
                 continue
@@ -403,7 +409,10 @@ def run_benchmark(
             steps: Counter = Counter()
             accepted: Counter = Counter()
             done = None
-            for event in lm.stream(tokens, settings, drafter=config.drafter, gamma=config.gamma):
+            prediction = predicted_output(prompt) if config.predict else None
+            for event in lm.stream(
+                tokens, settings, drafter=config.drafter, gamma=config.gamma, prediction=prediction
+            ):
                 if isinstance(event, Step):
                     steps[event.drafter] += 1
                     accepted[event.drafter] += event.accepted

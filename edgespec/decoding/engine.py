@@ -215,6 +215,7 @@ class Engine:
                 self._boundaries,
                 lookup=self._lookup_once(committed, gathered),
                 draft_catch_up=self._catch_up_of(committed),
+                from_prediction=self._from_prediction,
             )
             plan = policy.plan(view)
             try:
@@ -271,6 +272,9 @@ class Engine:
             return found[0][:max_tokens], found[1]
 
         return lookup
+
+    def _from_prediction(self, name: str) -> bool:
+        return bool(getattr(self.drafters.get(name), "from_prediction", False))
 
     def _catch_up_of(self, committed: list[int]) -> Callable[[], int]:
         drafter = self.drafters.get("model")

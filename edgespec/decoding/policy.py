@@ -27,6 +27,10 @@ def _nothing_proposed(name: str, max_tokens: int) -> tuple[list[int], int]:
     return [], 0
 
 
+def _not_predicted(name: str) -> bool:
+    return False
+
+
 def _no_catch_up() -> int:
     return 0
 
@@ -56,6 +60,8 @@ class StepView:
     lookup: Callable[[str, int], tuple[list[int], int]] = _nothing_proposed
     # Context tokens the draft model would decode before its first draft token.
     draft_catch_up: Callable[[], int] = _no_catch_up
+    # Does a lookup's proposal (as last asked) copy the request's Predicted Output?
+    from_prediction: Callable[[str], bool] = _not_predicted
 
 
 @dataclass(frozen=True)

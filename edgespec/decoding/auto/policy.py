@@ -27,7 +27,7 @@ import numpy as np
 from edgespec.decoding.auto import pricing
 from edgespec.decoding.auto.pricing import Choice
 from edgespec.decoding.auto.state import AnswerState, OpenProposal, PairState, StepScratch
-from edgespec.decoding.auto.stats import expected_tokens
+from edgespec.decoding.auto.stats import HELD, PLAIN, PREDICTED, expected_tokens
 from edgespec.decoding.drafters import LOOKUP_DRAFTERS
 from edgespec.decoding.policy import Plan, StepOutcome, StepView
 from edgespec.errors import EdgespecError
@@ -78,7 +78,7 @@ class AdaptivePolicy:
     def plan(self, view: StepView) -> Plan:
         answer, t = self.answer, self.tuning
         answer.steps += 1
-        if answer.steps < answer.idle_until:
+        if answer.steps < answer.idle_until and not self._long_match(view):
             # Nothing came near paying at the last plans (_note_idle): decode plainly.
             self.step = StepScratch()
             return Plan("none", 0, reason="idle")
@@ -111,6 +111,18 @@ class AdaptivePolicy:
         keep_going = self._keep_going if steering else None
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
 
+    def _long_match(self, view: StepView) -> bool:
+        """While idle, the n-gram lookup alone is asked (an index probe): the answer may
+        have started to copy its source, and a long match is evidence enough to plan
+        again (a whole-file edit that starts with a sentence of its own)."""
+        if "ngram" not in self.allowed:
+            return False
+        _, n = view.lookup("ngram", 1)
+        if n >= self.tuning.waking_match:
+            self.answer.idle, self.answer.idle_until = 0, 0
+            return True
+        return False
+
     def choices(self, view: StepView) -> list[Choice]:
         """Every option for the next step, priced (plain decoding first). The lookups'
         proposals priced here are kept to be judged against what the answer commits."""
@@ -136,8 +148,9 @@ class AdaptivePolicy:
             # propose the same next token are right far more often than one alone.
             agreement = min(firsts.count(proposal[0]) - 1, t.agreement_levels - 1)
             crossings = pricing.crossings(view, proposal)
-            answer.open.append(OpenProposal(name, n, proposal, crossings, agreement))
-            accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings, agreement)
+            source = PREDICTED if view.from_prediction(name) else HELD if name in answer.held else PLAIN
+            answer.open.append(OpenProposal(name, n, proposal, crossings, agreement, source))
+            accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings, agreement, source)
             calibration = answer.realized.calibration(name)
             options.append(self._best(name, accept, verify_row, return_s, 0.0, calibration, risk))
         if "model" in self.allowed:
@@ -165,6 +178,7 @@ class AdaptivePolicy:
             calibration=calibration,
             fixed_gamma=self.fixed_gamma,
             risk=risk,
+            plain_s=pricing.plain_seconds(self.costs),
         )
 
     def _price_catch_up(self, view: StepView) -> tuple[float, float]:
@@ -366,9 +380,15 @@ class AdaptivePolicy:
                 hit = proposal.tokens[proposal.judged] == token
                 crossing = proposal.crossings is not None and bool(proposal.crossings[proposal.judged])
                 self.stats.lookup[proposal.drafter].observe(
-                    proposal.match_len + proposal.judged, hit, crossing=crossing, agreement=proposal.agreement
+                    proposal.match_len + proposal.judged,
+                    hit,
+                    crossing=crossing,
+                    agreement=proposal.agreement,
+                    source=proposal.source,
                 )
                 proposal.judged += 1
+                if hit and proposal.judged == t.held_copy:
+                    answer.held.add(proposal.drafter)  # this answer follows its source at length
                 if hit and proposal.judged == t.confirming_run:
                     answer.bans.confirmed(proposal.drafter)  # new evidence: it copies right again
                 if hit and proposal.judged == t.waking_run:

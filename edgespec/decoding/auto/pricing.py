@@ -66,10 +66,12 @@ def best_gamma(
     calibration: float = 1.0,
     fixed_gamma: int | None = None,
     risk: float = 0.0,
+    plain_s: float = 0.0,
 ) -> Choice:
     """The best γ for a drafter whose i-th draft is accepted with chance accept[i], at
     ``fixed_cost`` + ``per_draft`` × (γ − 1) seconds of drafting, with ``verify_row[γ-1]``
-    the seconds to verify γ drafts. Only γ whose worst case fits in ``risk`` are priced
+    the seconds to verify γ drafts. Only γ whose worst case fits in ``risk``, or else
+    (given ``plain_s``, a plain step's seconds) whose expected loss does, are priced
     (unless the user fixed γ). Runs for every option at every planned step: the arrays are
     the length of the proposal."""
     longest = len(accept) if fixed_gamma is None else min(fixed_gamma, len(accept))
@@ -79,7 +81,17 @@ def best_gamma(
             worst = worst + per_draft * np.arange(longest)
         too_dear = worst > max(risk, 0.0)
         if too_dear.any():
-            longest = int(too_dear.argmax())
+            first = int(too_dear.argmax())
+            if plain_s > 0.0 and first < longest:
+                # Where the worst case is too dear, what the evidence expects the draft to
+                # lose decides: a draft behind a long match that keeps holding loses its
+                # worst case rarely, and a bound on the worst case alone would keep it
+                # short in every answer that has not yet saved its price.
+                step_s = verify_row[:longest] + fixed_cost + per_draft * np.arange(longest)
+                loss = expected_loss(accept[:longest], step_s, plain_s)
+                too_dear[first:] = loss[first:] > max(risk, 0.0)
+            if too_dear.any():
+                longest = int(too_dear.argmax())
     if longest < 1:
         return Choice(drafter, 0, 0.0, 1.0, 1.0)
     # expected_tokens(accept)[γ] - 1, without building the γ = 0 entry
@@ -97,6 +109,23 @@ def best_gamma(
     i = int(rates.argmax())
     gamma = i + 1 if fixed_gamma is None else longest
     return Choice(drafter, gamma, float(rates[i]), float(expected[i]), float(seconds[i]))
+
+
+def expected_loss(accept: np.ndarray, step_s: np.ndarray, plain_s: float) -> np.ndarray:
+    """For each γ = 1..len(accept): the expected seconds a step drafting γ tokens (costing
+    ``step_s[γ-1]``) takes beyond plain decoding of the tokens it yields, counting only the
+    outcomes where it does worse than plain decoding. With k drafts accepted (chance
+    c_k·(1 − a_k), c_k the product of the first k acceptances; c_γ for all γ) the step
+    yields k + 1 tokens."""
+    n = len(accept)
+    held = np.concatenate(([1.0], np.cumprod(accept)))  # c_0 .. c_n
+    exactly = held[:-1] * (1.0 - accept)  # P(K = k) for a draft longer than k
+    k = np.arange(n + 1)
+    # loss[g, k]: step g+1 (γ = g+1) with k accepted; outcomes k > γ do not exist
+    loss = np.maximum(step_s[:, None] - (k[None, :] + 1) * plain_s, 0.0)
+    chance = np.where(k[None, :] < (np.arange(n) + 1)[:, None], np.append(exactly, 0.0)[None, :], 0.0)
+    chance[np.arange(n), np.arange(n) + 1] = held[1:]
+    return (loss * chance).sum(axis=1)
 
 
 def crossings(view: StepView, proposal: list[int]) -> np.ndarray | None:

@@ -59,6 +59,7 @@ class OpenProposal:
     tokens: list[int]
     crossings: np.ndarray | None = None  # token i follows a sentence or line end
     agreement: int = 0  # 1: another lookup proposed the same first token
+    source: int = 0  # PLAIN, HELD (a copy by its drafter held long in this answer), PREDICTED
     judged: int = 0
 
 
@@ -84,6 +85,7 @@ class AnswerState:
     idle_until: int = 0  # first step planned again
     plain_since_draft: int = 2  # plain steps since the last drafting step, up to 2
     last_size: int = 0  # tokens of the last target pass (see CostCurve.observe)
+    held: set[str] = field(default_factory=set)  # lookups one of whose copies held long here
     open: deque[OpenProposal] = field(init=False)
     realized: RealizedRates = field(init=False)
     bans: Bans = field(init=False)

@@ -13,8 +13,11 @@ from functools import cache
 
 import numpy as np
 
-from edgespec.decoding.auto.tuning import DEFAULT, Tuning
+from edgespec.decoding.auto.tuning import DEFAULT, Tuning, measured_acceptance
 from edgespec.decoding.drafters import LOOKUP_DRAFTERS
+
+PLAIN, HELD, PREDICTED = 0, 1, 2  # where a lookup's proposal comes from (LookupStats)
+SOURCES = 3
 
 
 def expected_tokens(accept: np.ndarray) -> np.ndarray:
@@ -62,22 +65,60 @@ class LookupStats:
     is where copies end (a bullet summary starts a new bullet where its source ran on; an
     answer that quotes one sentence stops after it), or, in an edit, where they go on line
     after line. Which of the two this answer does is learned like the rest, so a draft
-    stops at a boundary exactly when the answer keeps leaving the source there."""
+    stops at a boundary exactly when the answer keeps leaving the source there.
 
-    def __init__(self, tuning: Tuning = DEFAULT, caution: float | None = None) -> None:
+    Evidence is kept apart by level: whether another lookup proposes the same first token
+    (``agreement``), and where the proposal comes from (``source``): any copy (``PLAIN``);
+    a drafter one of whose copies held long earlier in the answer (``HELD``: an answer that
+    follows its source at length, lifted sentences or an edited file, goes on doing so
+    after a break far more often than one that copied a phrase); or the request's
+    Predicted Output (``PREDICTED``: the client said the answer would look like it)."""
+
+    def __init__(
+        self,
+        tuning: Tuning = DEFAULT,
+        caution: float | None = None,
+        measured: tuple[float, ...] | None = None,
+    ) -> None:
         self.tuning = tuning
         self.caution = tuning.caution if caution is None else caution
         self.buckets = length_buckets(tuning.length_edges)
-        # by agreement (does another lookup propose the same first token?), then length
-        self.hits = np.zeros((tuning.agreement_levels, self.buckets.count))
-        self.seen = np.zeros((tuning.agreement_levels, self.buckets.count))
+        # the measured acceptance by length bucket, and what it is worth (none: the chain alone)
+        if measured is not None and len(measured) != self.buckets.count:
+            raise ValueError(f"{len(measured)} measured acceptances for {self.buckets.count} length buckets")
+        self.measured = (
+            [min(v, tuning.measured_cap) for v in measured]
+            if measured is not None
+            else [tuning.lookup_prior] * self.buckets.count
+        )
+        # per bucket: a short match's chance depends on the text more than on its length
+        self.weights = [
+            tuning.measured_pseudo if measured is not None and edge >= tuning.measured_from else 0.0
+            for edge in tuning.length_edges
+        ]
+        # by level (agreement + agreement_levels × source), then length
+        self.levels = SOURCES * tuning.agreement_levels
+        self.hits = np.zeros((self.levels, self.buckets.count))
+        self.seen = np.zeros((self.levels, self.buckets.count))
         self.cross_hits = 0.0
         self.cross_seen = 0.0
-        # per agreement level, rebuilt after that level's evidence changed
-        self._estimates: list[np.ndarray | None] = [None] * tuning.agreement_levels
+        # per level, rebuilt after that level's evidence (or its base level's) changed
+        self._estimates: list[np.ndarray | None] = [None] * self.levels
+        self._means: list[list[float] | None] = [None] * tuning.agreement_levels
         self._cross: float | None = None
 
-    def observe(self, effective_len: int, hit: bool, *, crossing: bool = False, agreement: int = 0) -> None:
+    def level(self, agreement: int, source: int) -> int:
+        return agreement + self.tuning.agreement_levels * source
+
+    def observe(
+        self,
+        effective_len: int,
+        hit: bool,
+        *,
+        crossing: bool = False,
+        agreement: int = 0,
+        source: int = PLAIN,
+    ) -> None:
         t = self.tuning
         if crossing:
             self.cross_hits = t.cross_decay * self.cross_hits + hit
@@ -85,9 +126,14 @@ class LookupStats:
             self._cross = None
             return
         b = self.buckets.of[min(effective_len, self.buckets.longest)]
-        self.hits[agreement, b] = t.decay * self.hits[agreement, b] + hit
-        self.seen[agreement, b] = t.decay * self.seen[agreement, b] + 1
-        self._estimates[agreement] = None
+        level = self.level(agreement, source)
+        self.hits[level, b] = t.decay * self.hits[level, b] + hit
+        self.seen[level, b] = t.decay * self.seen[level, b] + 1
+        self._estimates[level] = None
+        if source == PLAIN:  # the other sources start from the plain level's evidence
+            for other in range(1, SOURCES):
+                self._estimates[self.level(agreement, other)] = None
+            self._means[agreement] = None
 
     def soften(self, keep: float) -> None:
         """Keep only a share of the evidence (see AcceptanceStats.soften)."""
@@ -95,7 +141,8 @@ class LookupStats:
         self.seen *= keep
         self.cross_hits *= keep
         self.cross_seen *= keep
-        self._estimates = [None] * self.tuning.agreement_levels
+        self._estimates = [None] * self.levels
+        self._means = [None] * self.tuning.agreement_levels
         self._cross = None
 
     def crossing(self) -> float:
@@ -107,34 +154,64 @@ class LookupStats:
             self._cross = posterior_mean(self.cross_hits, self.cross_seen, t.cross_prior, t.cross_pseudo)
         return self._cross
 
-    def estimates(self, agreement: int = 0) -> np.ndarray:
-        """Acceptance by length bucket, for proposals at this agreement level. Each
-        bucket's evidence is smoothed toward the estimate for the bucket below (a
-        pseudo-observation), so a bucket with no evidence of its own behaves like the
-        longest one that has some: a copy that holds is trusted to go on, until the lengths
-        where copies end have been seen."""
-        row = self._estimates[agreement]
+    def _base_means(self, agreement: int) -> list[float]:
+        """Posterior means by length bucket at a plain level (any copy), each bucket
+        smoothed toward the one below."""
+        means = self._means[agreement]
+        if means is None:
+            t = self.tuning
+            prior, means = t.lookup_prior, []
+            hits, seen = self.hits[agreement].tolist(), self.seen[agreement].tolist()
+            for h, n, m, w in zip(hits, seen, self.measured, self.weights, strict=True):
+                prior = (h + t.pseudo * prior + w * m) / (n + t.pseudo + w)  # posterior_mean, inlined
+                means.append(prior)
+            self._means[agreement] = means
+        return means
+
+    def estimates(self, level: int = 0) -> np.ndarray:
+        """Acceptance by length bucket, for proposals at this level. Each bucket's evidence
+        is smoothed toward the estimate for the bucket below (a pseudo-observation), so a
+        bucket with no evidence behaves like the longest one that has some: a copy that
+        holds is trusted to go on, until the lengths where copies end have been seen. At
+        another source's level a bucket is pulled toward the plain level's estimate for the
+        same length (``held_pseudo`` observations of it): a held copy's first breaks are
+        priced like any copy's until they show otherwise, with the plain level's support."""
+        row = self._estimates[level]
         if row is None:
             # Rebuilt at most once a step (every step brings evidence), a dozen scalars:
             # plain floats, as numpy calls on arrays this small would cost several times more.
             t = self.tuning
-            prior, values = t.lookup_prior, []
-            for h, n in zip(self.hits[agreement].tolist(), self.seen[agreement].tolist(), strict=True):
-                prior = (h + t.pseudo * prior) / (n + t.pseudo)  # posterior_mean, inlined
+            agreement, held = level % t.agreement_levels, level >= t.agreement_levels  # (or predicted)
+            base = self._base_means(agreement)
+            base_seen = self.seen[agreement].tolist()
+            extra = t.held_pseudo if held else 0.0
+            values = []
+            hits, seen = self.hits[level].tolist(), self.seen[level].tolist()
+            for b, (h, n) in enumerate(zip(hits, seen, strict=True)):
+                if held:  # its own evidence, then the base level's (itself smoothed along lengths)
+                    prior = (h + extra * base[b]) / (n + extra)
+                    support = n + t.pseudo + self.weights[b] + base_seen[b]
+                else:
+                    prior, support = base[b], n + t.pseudo + self.weights[b]
                 # Price with a lower confidence bound: where evidence is thin (lengths no
                 # copy has reached yet) a bet on a long draft must not rest on a guess.
-                spread = math.sqrt(prior * (1 - prior) / (n + t.pseudo))
+                spread = math.sqrt(prior * (1 - prior) / support)
                 values.append(max(0.0, prior - self.caution * spread))
-            row = self._estimates[agreement] = np.array(values)
+            row = self._estimates[level] = np.array(values)
         return row
 
     def acceptance(
-        self, match_len: int, length: int, crossings: np.ndarray | None = None, agreement: int = 0
+        self,
+        match_len: int,
+        length: int,
+        crossings: np.ndarray | None = None,
+        agreement: int = 0,
+        source: int = PLAIN,
     ) -> np.ndarray:
         buckets = self.buckets.from_[min(match_len, self.buckets.longest), :length]
         if length > len(buckets):  # longer than any bucket edge: the rest is in the last
             buckets = np.concatenate((buckets, np.full(length - len(buckets), self.buckets.of[-1])))
-        accept = self.estimates(agreement)[buckets]
+        accept = self.estimates(self.level(agreement, source))[buckets]
         if crossings is not None and crossings.any():
             accept = np.where(crossings[:length], self.crossing(), accept)
         return accept
@@ -146,8 +223,11 @@ class AcceptanceStats:
 
     def __init__(self, tuning: Tuning = DEFAULT) -> None:
         self.tuning = tuning
+        measured = measured_acceptance()
         self.lookup = {
-            name: LookupStats(tuning, tuning.forced_caution if name == "grammar" else None)
+            name: LookupStats(
+                tuning, tuning.forced_caution if name == "grammar" else None, measured.get(name)
+            )
             for name in LOOKUP_DRAFTERS
         }
         self.model = tuning.model_prior  # per-token acceptance of the draft model

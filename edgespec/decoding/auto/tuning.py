@@ -7,7 +7,12 @@ is written down in docs/controller.md.
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+HOLDS_FILE = Path(__file__).parent / "data" / "holds.toml"
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,19 @@ class Tuning:
     # a copy's chance to go on changes fast over its first tokens and slowly after.
     length_edges: tuple[int, ...] = (1, 2, 3, 4, 6, 9, 13, 19, 27, 41, 61, 91)
     lookup_prior: float = 0.3  # acceptance of a one-token match before any evidence
+    # Judgements the measured acceptance by match length (data/holds.toml) is worth in
+    # each length bucket, for the drafters it was measured for.
+    measured_pseudo: float = 4.0
+    measured_from: int = 1  # ... in the buckets of matches at least this long
+    # ... taken as at most this: no length makes a copy certain, and a prior of 1 would
+    # leave no doubt to price
+    measured_cap: float = 0.99
     agreement_levels: int = 2  # a proposal alone, or one whose first token another lookup shares
+    # A lookup one of whose proposals held this many tokens in a row in this answer copies
+    # from a source the answer follows at length (a summary that lifts sentences, an edit
+    # of a file): its later proposals are judged apart, starting from the others' evidence.
+    held_copy: int = 16
+    held_pseudo: float = 2.0  # judgements the others' evidence is worth there
     cross_prior: float = 0.5  # chance a copy goes on past a sentence or line end, before evidence
     cross_pseudo: float = 2.0
     cross_decay: float = 0.9  # boundaries are rarer than tokens: remember the last ten or so
@@ -64,6 +81,7 @@ class Tuning:
     idle_ratio: float = 0.85  # no drafting option within this share of plain decoding's rate
     max_idle: int = 8  # most steps skipped in a row
     waking_run: int = 2  # tokens in a row a looked-at proposal gets right to end the skipping
+    waking_match: int = 8  # ... or the n-gram lookup's match length, asked at every skipped step
     # -- what a long draft may risk --------------------------------------------------------
     risk_share: float = 0.03  # of the answer's plain time, beyond what drafting saved in it
     risk_tokens: int = 64  # ... counted over at least this many tokens
@@ -73,3 +91,11 @@ class Tuning:
 
 
 DEFAULT = Tuning()
+
+
+@cache
+def measured_acceptance(path: Path = HOLDS_FILE) -> dict[str, tuple[float, ...]]:
+    """Per lookup drafter, its measured per-token acceptance by length bucket."""
+    with path.open("rb") as f:
+        data = tomllib.load(f)
+    return {name: tuple(float(v) for v in row) for name, row in data.items()}

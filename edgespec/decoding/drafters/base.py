@@ -86,6 +86,7 @@ class LookupDrafter:
     def __init__(self) -> None:
         self._seen: list[int] = []  # the context of the last lookup
         self.prediction: list[int] = []  # the request's predicted output, a second source
+        self.from_prediction = False  # the last proposal copies the predicted output
 
     def begin(self, prompt: list[int], prediction: list[int]) -> None:
         self.prediction = list(prediction)

@@ -231,6 +231,7 @@ class CopyDrafter(LookupDrafter):
         else:
             self._extend(new, align=True)
         cursor = self._cursor
+        self.from_prediction = cursor is not None and cursor.pos < len(self.prediction)
         if cursor is None or max_tokens <= 0:
             return [], 0
         if not (cursor.pending or self._insert or self._replace):

@@ -54,14 +54,32 @@ class NgramDrafter(LookupDrafter):
         return self._follow(context, [*context[-self.max_n :], *ahead], max_tokens)
 
     def _follow(self, context: list[int], text: list[int], max_tokens: int) -> tuple[list[int], int]:
-        """What followed the longest indexed repeat of ``text``'s last tokens."""
+        """What followed the longest indexed repeat of ``text``'s last tokens, and how long
+        the match behind it really is: the index is keyed on at most ``max_n`` tokens, but
+        a copy in progress matches its source much further back, and a 40-token match
+        holds far more often than a 6-token one."""
         for n in range(min(self.max_n, len(text)), self.min_n - 1, -1):
             suffix = tuple(text[-n:])
             follow = self._prediction_index.get(suffix)
+            self.from_prediction = follow is not None
             if follow is not None:
                 tokens = self.prediction[follow : follow + max_tokens]
-                return tokens, n
+                return tokens, match_length(self.prediction, follow, text, n)
             follow = self._index.get(suffix)
             if follow is not None:
-                return context[follow : follow + max_tokens], n
+                return context[follow : follow + max_tokens], match_length(context, follow, text, n)
+        self.from_prediction = False
         return [], 0
+
+
+MAX_MATCH = 96  # longer matches are as good as this long: the controller's last length bucket
+
+
+def match_length(source: list[int], end: int, text: list[int], known: int) -> int:
+    """How many tokens of ``text`` up to its end equal those of ``source`` up to ``end``
+    (at least ``known``, which the caller matched already), counted up to ``MAX_MATCH``."""
+    n = known
+    limit = min(MAX_MATCH, end, len(text))
+    while n < limit and source[end - n - 1] == text[-n - 1]:
+        n += 1
+    return n

@@ -89,7 +89,8 @@ def test_the_draft_models_record_from_earlier_answers_is_a_weak_prior_for_a_new_
 
 def test_a_copy_that_held_long_is_judged_apart_starting_from_the_other_evidence():
     """After a long copy held in this answer, the drafter's proposals are judged at their
-    own level: with no evidence of their own they are priced as at the base level, their
+    own level: with no evidence of their own they are priced as at the base level (less
+    its caution: the answer has shown it follows its source), their
     evidence moves them and not the base level, and the base level's evidence still
     reaches them."""
     stats = LookupStats()
@@ -97,7 +98,8 @@ def test_a_copy_that_held_long_is_judged_apart_starting_from_the_other_evidence(
         stats.observe(3, True)
         stats.observe(3, False)
     base, held = stats.acceptance(3, 1), stats.acceptance(3, 1, source=HELD)
-    assert held[0] == pytest.approx(base[0], abs=0.05)
+    # the base level's estimate, without the caution the base level takes off
+    assert held[0] == pytest.approx(stats._base_means(0)[stats.buckets.of[3]], abs=0.02) and held[0] > base[0]
     for _ in range(30):  # ... and always after a held copy
         stats.observe(3, True, source=HELD)
     assert stats.acceptance(3, 1, source=HELD)[0] > 0.8

@@ -196,7 +196,8 @@ class LookupStats:
                 # Price with a lower confidence bound: where evidence is thin (lengths no
                 # copy has reached yet) a bet on a long draft must not rest on a guess.
                 spread = math.sqrt(prior * (1 - prior) / support)
-                values.append(max(0.0, prior - self.caution * spread))
+                caution = self.caution * (t.held_caution if held else 1.0)
+                values.append(max(0.0, prior - caution * spread))
             row = self._estimates[level] = np.array(values)
         return row
 

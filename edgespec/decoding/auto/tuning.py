@@ -42,6 +42,7 @@ class Tuning:
     # of a file): its later proposals are judged apart, starting from the others' evidence.
     held_copy: int = 16
     held_pseudo: float = 2.0  # judgements the others' evidence is worth there
+    held_caution: float = 0.0  # share of the caution below taken there: none, the answer has shown it
     cross_prior: float = 0.5  # chance a copy goes on past a sentence or line end, before evidence
     cross_pseudo: float = 2.0
     cross_decay: float = 0.9  # boundaries are rarer than tokens: remember the last ten or so

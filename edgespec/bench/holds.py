@@ -21,7 +21,7 @@ from edgespec.bench.recording import Recording
 from edgespec.decoding.auto.tuning import DEFAULT
 from edgespec.decoding.drafters import LOOKUP_DRAFTERS
 from edgespec.decoding.engine import Engine
-from edgespec.errors import EdgespecError
+from edgespec.errors import run_reporting_errors
 from edgespec.runtime.model import Model, common_prefix
 
 SPANS = (1, 4, 8, 16, 32, 48)  # the k of "the next k tokens hold"
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     from edgespec.bench.recording import recorded_corpus
     from edgespec.bench.replay import prediction_of
 
-    try:
+    def run() -> int:
         lm, recordings = recorded_corpus(args.split, args.categories, args.max_tokens)
         predictions = (
             {rec.id: prediction_of(rec, lm.target) for rec in recordings} if args.predicted else None
@@ -119,10 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(recordings)} answers ({args.split} half, {args.max_tokens} tokens): the share of "
               "proposals whose next k tokens all hold, by match length")  # fmt: skip
         print(holds.table())
-    except EdgespecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_reporting_errors(run)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from edgespec.decoding.costs import CostModel
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done, Step
 from edgespec.decoding.policy import FixedPolicy, Policy
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, run_reporting_errors
 from edgespec.runtime.model import Model, common_prefix
 
 # -- cost curves ---------------------------------------------------------------------------
@@ -472,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "target only" not in args.configs:
         args.configs.insert(0, "target only")
-    try:
+
+    def run() -> int:
         lm, recordings = recorded_corpus(args.split, args.categories, args.max_tokens)
         for name in args.curve:
             curve = curve_from_costs(lm.controller_state().costs) if name == "here" else CURVES[name]
@@ -487,10 +488,9 @@ def main(argv: list[str] | None = None) -> int:
                 "tokens: decode-phase ratio to target-only, worst prompt in brackets"
             )
             print(summarize(recordings, results, configs))
-    except EdgespecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_reporting_errors(run)
 
 
 if __name__ == "__main__":

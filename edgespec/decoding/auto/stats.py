@@ -181,14 +181,14 @@ class LookupStats:
             # Rebuilt at most once a step (every step brings evidence), a dozen scalars:
             # plain floats, as numpy calls on arrays this small would cost several times more.
             t = self.tuning
-            agreement, held = level % t.agreement_levels, level >= t.agreement_levels  # (or predicted)
+            agreement, sourced = level % t.agreement_levels, level >= t.agreement_levels  # HELD, PREDICTED
             base = self._base_means(agreement)
             base_seen = self.seen[agreement].tolist()
-            extra = t.held_pseudo if held else 0.0
+            extra = t.held_pseudo if sourced else 0.0
             values = []
             hits, seen = self.hits[level].tolist(), self.seen[level].tolist()
             for b, (h, n) in enumerate(zip(hits, seen, strict=True)):
-                if held:  # its own evidence, then the base level's (itself smoothed along lengths)
+                if sourced:  # its own evidence, then the base level's (itself smoothed along lengths)
                     prior = (h + extra * base[b]) / (n + extra)
                     support = n + t.pseudo + self.weights[b] + base_seen[b]
                 else:
@@ -196,7 +196,7 @@ class LookupStats:
                 # Price with a lower confidence bound: where evidence is thin (lengths no
                 # copy has reached yet) a bet on a long draft must not rest on a guess.
                 spread = math.sqrt(prior * (1 - prior) / support)
-                caution = self.caution * (t.held_caution if held else 1.0)
+                caution = self.caution * (t.held_caution if sourced else 1.0)
                 values.append(max(0.0, prior - caution * spread))
             row = self._estimates[level] = np.array(values)
         return row

@@ -16,6 +16,7 @@ from test_models_cli import one_error_line
 
 from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.bench.corpus import CATEGORIES, CORPUS, EDIT_KINDS, KINDS, select
+from edgespec.bench.llamacpp import ReferenceRun
 from edgespec.bench.prompts import PROMPTS, REPRESENTATIVE
 from edgespec.bench.regimes import pair_for
 from edgespec.bench.runner import ALL_CONFIGS, BASELINE, Report, Run, geomean, run_benchmark, with_baselines
@@ -194,6 +195,18 @@ def test_auto_is_held_to_the_best_llama_cpp_loop_per_prompt_and_per_category():
     assert found[line + "geometric means; bar ≥ 1.10)"] is False
 
 
+def test_llama_cpp_speed_counts_the_requested_tokens_only():
+    """llama.cpp's tool keeps the whole draft its last step accepted, past the request:
+    those tokens were not asked for, so its rate is the request over the time it took."""
+    overshot = ReferenceRun(tokens=208, decode_s=4.0, drafted=192, accepted=192, requested=160)
+    assert overshot.delivered == 160
+    assert overshot.decode_tps == pytest.approx(40.0)
+    ended = ReferenceRun(tokens=90, decode_s=3.0, drafted=10, accepted=4, requested=160)  # at EOS
+    assert ended.decode_tps == pytest.approx(30.0)
+    unlimited = ReferenceRun(tokens=90, decode_s=3.0, drafted=0, accepted=0)
+    assert unlimited.decode_tps == pytest.approx(30.0)
+
+
 def test_answers_without_a_drafting_step_measure_the_run_s_noise():
     """Where auto decoded plainly it did target-only's work: such a prompt below the bar is
     said to be the run's noise, and their spread is printed; a prompt that drafted is not."""
@@ -311,6 +324,7 @@ def test_cpu_regime_loads_what_it_was_given():
         (["--repeats", "0"], "--repeats of at least 1"),
         (["--prompts", "no-such-prompt"], "unknown prompt id 'no-such-prompt'"),
         (["--configs", "model γ=99"], "unknown configuration 'model γ=99'"),
+        (["--configs", "auto", "llama.cpp ngram-mod"], "need the tool: add --llamacpp"),
         (["--categories", "poetry"], "unknown category 'poetry'"),
         (["--split", "half"], "invalid choice"),
     ],

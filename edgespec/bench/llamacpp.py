@@ -10,7 +10,9 @@ the ``llama-cpp-python`` sdist, outside the repository:
     edgespec bench --llamacpp BINARY ...   # runs it beside the other configurations
 
 Its decode-phase speed (llama.cpp's "decoded N tokens in S seconds", which starts after
-the prompt is encoded) is compared with ours on the same models, prompts and threads.
+the prompt is encoded) is compared with ours on the same models, prompts and threads, as
+the tokens asked for over those seconds: the tool keeps the whole draft its last step
+accepted, up to 48 tokens past the request, which a client asking for N never receives.
 """
 
 from __future__ import annotations
@@ -38,14 +40,22 @@ _ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")
 
 @dataclass(frozen=True)
 class ReferenceRun:
-    tokens: int
+    tokens: int  # what llama.cpp decoded: its last step may accept a draft past the request
     decode_s: float
     drafted: int
     accepted: int
+    requested: int = 0  # the tokens asked for (0: no limit)
+
+    @property
+    def delivered(self) -> int:
+        """The tokens of the request: a whole accepted draft is kept past the request's
+        end, but a client asked for no more (ours stops exactly there), so the rate counts
+        what was asked for over the time it took to have it."""
+        return min(self.tokens, self.requested) if self.requested > 0 else self.tokens
 
     @property
     def decode_tps(self) -> float:
-        return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
+        return self.delivered / self.decode_s if self.decode_s > 0 else 0.0
 
 
 def runtime_cmake_args() -> list[str]:
@@ -121,9 +131,11 @@ def run_loop(
     tokens are parsed); ``draft`` is the draft model, which ``draft-simple`` needs."""
     if loop not in LOOPS:
         raise EdgespecError(f"unknown llama.cpp loop {loop!r} (known: {', '.join(LOOPS)})")
+    # The tool stops once it has decoded more than -n tokens: asked for one less, it stops
+    # as soon as it has the n_predict tokens, as a server would.
     cmd = [
         str(binary), "-m", str(target), "--spec-type", loop, "-p", prompt_text,
-        "-n", str(n_predict), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
+        "-n", str(max(n_predict - 1, 1)), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
         "--temp", "0", "--top-k", "1", "--seed", "1",
     ]  # fmt: skip
     if loop == "draft-simple":
@@ -143,4 +155,5 @@ def run_loop(
         decode_s=float(decoded.group(2)),
         drafted=int(drafted.group(1)) if drafted else 0,
         accepted=int(accepted.group(1)) if accepted else 0,
+        requested=n_predict,
     )

@@ -350,7 +350,7 @@ def _llamacpp_run(
         config=config.label,
         repeat=repeat,
         seed=None,
-        tokens=ref.tokens,
+        tokens=ref.delivered,
         decode_tps=ref.decode_tps,
         e2e_tps=math.nan,  # llama.cpp's prefill is not comparable with ours: decode phase only
         tau=(ref.tokens - 1) / passes,
@@ -380,6 +380,8 @@ def run_benchmark(
     first and the second run of a round need not be equally fast, and a fixed order would
     hand that difference to one configuration. Sampling runs of one repeat share a seed
     (``seed + repeat``), so they draw from the same random stream."""
+    if llamacpp is None and any(config in LLAMACPP for config in configs):
+        raise EdgespecError("the llama.cpp configurations need the tool's path (--llamacpp)")
     # The cost profile is loaded or measured here, before anything is timed.
     state = lm.controller_state()
     report = Report(configs=list(configs), costs=describe(state.costs), machine=machine())
@@ -389,8 +391,7 @@ def run_benchmark(
         turn = round_ % len(configs)
         for config in [*configs[turn:], *configs[:turn]]:
             if config in LLAMACPP:
-                if llamacpp is None:
-                    raise EdgespecError("the llama.cpp configurations need the tool's path (--llamacpp)")
+                assert llamacpp is not None  # checked above
                 run = _llamacpp_run(lm, llamacpp, config, prompt, repeat, max_tokens)
                 report.runs.append(run)
                 on_run(run)

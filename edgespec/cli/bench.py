@@ -141,8 +141,9 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--json", metavar="FILE", help="also write every run and the summary as JSON")
     bench.add_argument("--llamacpp", nargs="?", const="default", default=None, metavar="BINARY",
                        help="also run llama.cpp's own loops (llama-speculative-simple --spec-type "
-                            "ngram-simple, ngram-mod, draft-simple) on the same prompts, interleaved "
-                            "(default: the tool --llamacpp-build made)")  # fmt: skip
+                            "ngram-simple, ngram-mod, draft-simple, or those --configs names) on the "
+                            "same prompts, interleaved (default: the tool --llamacpp-build "
+                            "made)")  # fmt: skip
     bench.add_argument("--llamacpp-build", action="store_true",
                        help="build llama.cpp's llama-speculative-simple (minutes, once) and stop; "
                             "with --llamacpp, then run the benchmark with it")  # fmt: skip
@@ -193,8 +194,10 @@ def run(args: argparse.Namespace) -> int:
         raise EdgespecError("no corpus prompt matches these --prompts and --categories")
     configs = configs_from(args)
     binary = llamacpp_binary(args)
-    if binary is not None:
-        configs = with_baselines([*configs, *(c for c in LLAMACPP if c not in configs)])
+    if binary is None and any(c in LLAMACPP for c in configs):
+        raise EdgespecError("the llama.cpp configurations need the tool: add --llamacpp [BINARY]")
+    if binary is not None and not any(c in LLAMACPP for c in configs):  # none named: all of them
+        configs = with_baselines([*configs, *LLAMACPP])
     pair = pair_for(args.regime, args.target, args.draft)
     needs_draft = any(c.drafter in ("model", "auto") or c.label == "llama.cpp draft-simple" for c in configs)
     lm = EdgeSpec(

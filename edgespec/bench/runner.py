@@ -363,6 +363,12 @@ def _llamacpp_run(
     )
 
 
+def require_llamacpp_tool(configs: list[Config], binary: Path | None) -> None:
+    """llama.cpp's loops need its tool: refused before any model loads or anything runs."""
+    if binary is None and any(config in LLAMACPP for config in configs):
+        raise EdgespecError("the llama.cpp configurations need the tool: add --llamacpp [BINARY]")
+
+
 def run_benchmark(
     lm: EdgeSpec,
     prompts: list[CorpusPrompt],
@@ -380,8 +386,7 @@ def run_benchmark(
     first and the second run of a round need not be equally fast, and a fixed order would
     hand that difference to one configuration. Sampling runs of one repeat share a seed
     (``seed + repeat``), so they draw from the same random stream."""
-    if llamacpp is None and any(config in LLAMACPP for config in configs):
-        raise EdgespecError("the llama.cpp configurations need the tool's path (--llamacpp)")
+    require_llamacpp_tool(configs, llamacpp)
     # The cost profile is loaded or measured here, before anything is timed.
     state = lm.controller_state()
     report = Report(configs=list(configs), costs=describe(state.costs), machine=machine())

@@ -35,6 +35,7 @@ from edgespec.bench.runner import (
     Run,
     geomean,
     machine,
+    require_llamacpp_tool,
     run_benchmark,
     with_baselines,
 )
@@ -194,8 +195,7 @@ def run(args: argparse.Namespace) -> int:
         raise EdgespecError("no corpus prompt matches these --prompts and --categories")
     configs = configs_from(args)
     binary = llamacpp_binary(args)
-    if binary is None and any(c in LLAMACPP for c in configs):
-        raise EdgespecError("the llama.cpp configurations need the tool: add --llamacpp [BINARY]")
+    require_llamacpp_tool(configs, binary)
     if binary is not None and not any(c in LLAMACPP for c in configs):  # none named: all of them
         configs = with_baselines([*configs, *LLAMACPP])
     pair = pair_for(args.regime, args.target, args.draft)

@@ -87,16 +87,23 @@ def test_the_lookups_find_a_copy_of_the_prompt(pair):
 @pytest.mark.parametrize("curve", ["cpu-avx2", "cpu", "xeon-f16", "gpu", "h200-history"])
 def test_no_replayed_configuration_beats_the_ceiling(pair, replay_recordings, curve):
     recordings = replay_recordings
-    configs = ("target only", "auto", "model γ=2", "model γ=4")
+    configs = ("target only", "auto", "model γ=2", "model γ=4", "copy γ=8")
     results = replay(recordings, pair.target, pair.draft, CURVES[curve], configs)
-    add_ceiling(recordings, pair.target, CURVES[curve], results)
+    assert add_ceiling(recordings, pair.target, CURVES[curve], results) == ["ceiling", "ceiling lookups"]
     for runs in results.values():
         for label in configs:
             assert runs[label].decode_tps <= runs["ceiling"].decode_tps * 1.0001, (curve, label)
+        # a schedule of lookup drafts alone is bounded by the lookups' own ceiling
+        assert runs["copy γ=8"].decode_tps <= runs["ceiling lookups"].decode_tps * 1.0001, curve
+        assert runs["ceiling lookups"].decode_tps <= runs["ceiling"].decode_tps * 1.0001, curve
     # ... and the ceiling is no mere bound: on a flat curve the rename copies far past auto
     if curve == "gpu":
         edit = results["edit-rename-py-1"]
         assert edit["ceiling"].decode_tps > 1.3 * edit["auto"].decode_tps
+        # ... and where a draft token is cheap, the draft model's guesses known in hindsight
+        # win time that the lookups' ceiling leaves out
+        chat = results["chat-explain-interest-2"]
+        assert chat["ceiling lookups"].decode_tps < 0.95 * chat["ceiling"].decode_tps
 
 
 def test_holds_count_each_span_only_where_it_could_have_held():

@@ -379,36 +379,43 @@ def prediction_of(rec: Recording, target: Model) -> list[int]:
     return target.tokenize(text, add_special=False) if text else []
 
 
+CEILING, LOOKUP_CEILING = "ceiling", "ceiling lookups"
+
+
 def add_ceiling(
     recordings: list[Recording],
     target: Model,
     curve: Curve,
     results: dict[str, dict[str, Replayed]],
     predicted: bool = False,
-) -> None:
-    """Adds the configuration "ceiling" to ``results``: each answer at the speed of the
-    fastest schedule in hindsight over auto's drafters on ``curve`` (bench.ceiling); with
-    ``predicted``, "ceiling predicted" too, whose lookups also copy from the Predicted
-    Output."""
+) -> list[str]:
+    """Adds to ``results`` the configuration "ceiling": each answer at the speed of the
+    fastest schedule in hindsight over auto's drafters on ``curve`` (bench.ceiling), and
+    "ceiling lookups", the same without the draft model: what knowing where every copy
+    breaks is worth, apart from knowing where the draft model's guesses fail. With
+    ``predicted``, both again with the lookups also copying from the Predicted Output
+    (labels ending in " predicted"). Returns the labels added, in order."""
+    variants = [(None, "")] if not predicted else [(None, ""), (True, PREDICTED)]
+    labels = [base + suffix for _, suffix in variants for base in (CEILING, LOOKUP_CEILING)]
     for rec in recordings:
-        for label, prediction in [
-            ("ceiling", None),
-            *([("ceiling" + PREDICTED, prediction_of(rec, target))] if predicted else []),
-        ]:
-            ratio = ceiling_ratio(
-                target,
-                rec.prompt,
-                rec.answer,
-                rec.guesses,
-                lambda k: curve.target_seconds(k) + curve.python_s,
-                curve.draft_seconds(1),
-                target.options.max_outputs - 1,
-                target.eos if rec.ended else None,
-                rec.settings(1).grammar,
-                prediction,
-            )
-            plain = results[rec.id]["target only"]
-            results[rec.id][label] = Replayed(plain.decode_tps * ratio)
+        for with_prediction, suffix in variants:
+            prediction = prediction_of(rec, target) if with_prediction else None
+            for base, guesses in ((CEILING, rec.guesses), (LOOKUP_CEILING, None)):
+                ratio = ceiling_ratio(
+                    target,
+                    rec.prompt,
+                    rec.answer,
+                    guesses,
+                    lambda k: curve.target_seconds(k) + curve.python_s,
+                    curve.draft_seconds(1),
+                    target.options.max_outputs - 1,
+                    target.eos if rec.ended else None,
+                    rec.settings(1).grammar,
+                    prediction,
+                )
+                plain = results[rec.id]["target only"]
+                results[rec.id][base + suffix] = Replayed(plain.decode_tps * ratio)
+    return labels
 
 
 def summarize(
@@ -416,7 +423,9 @@ def summarize(
 ) -> str:
     """Per category and configuration: the geometric mean of the decode-phase ratio to
     target-only, the worst prompt, and auto's share of steps per drafter."""
-    lines = [f"{'category':16s}" + "".join(f"{label:>16s}" for label in configs if label != "target only")]
+    shown = [label for label in configs if label != "target only"]
+    widths = {label: max(16, len(label) + 2) for label in shown}
+    lines = [f"{'category':16s}" + "".join(f"{label:>{widths[label]}s}" for label in shown)]
     by_category: dict[str, list[str]] = defaultdict(list)
     for rec in recordings:
         by_category[rec.category].append(rec.id)
@@ -431,7 +440,7 @@ def summarize(
                 for i in by_category[category]
             ]
             every[label] += ratios
-            line += f"{geomean(ratios):9.2f} ({min(ratios):.2f})"
+            line += f"{geomean(ratios):{widths[label] - 7}.2f} ({min(ratios):.2f})"
         if "auto" in configs:
             steps = sum((results[i]["auto"].steps for i in by_category[category]), Counter())
             total = sum(steps.values()) or 1
@@ -439,7 +448,7 @@ def summarize(
         lines.append(line)
     lines.append(
         f"{'all':16s}"
-        + "".join(f"{geomean(every[c]):9.2f} ({min(every[c]):.2f})" for c in configs if c != "target only")
+        + "".join(f"{geomean(every[c]):{widths[c] - 7}.2f} ({min(every[c]):.2f})" for c in shown)
     )
     inexact = [f"{i} {label}" for i, runs in results.items() for label, run in runs.items() if not run.exact]
     if inexact:
@@ -467,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ceiling",
         action="store_true",
-        help="also print the ceiling: every step chosen in hindsight among the same drafters",
+        help="also print the ceiling: every step chosen in hindsight among the same drafters "
+        "(and among the lookups alone, 'ceiling lookups')",
     )
     args = parser.parse_args(argv)
     if "target only" not in args.configs:
@@ -481,8 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             configs = list(args.configs)
             if args.ceiling:
                 predicted = any(label.endswith(PREDICTED) for label in configs)
-                add_ceiling(recordings, lm.target, curve, results, predicted)
-                configs += ["ceiling", *(["ceiling" + PREDICTED] if predicted else [])]
+                configs += add_ceiling(recordings, lm.target, curve, results, predicted)
             print(
                 f"\nreplayed on the '{name}' curve ({curve.about}); {args.split} half, {args.max_tokens} "
                 "tokens: decode-phase ratio to target-only, worst prompt in brackets"

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from edgespec.bench.ceiling import ceiling_ratio, fastest_seconds, held_runs, lookup_runs, model_runs
+from edgespec.bench.ceiling import ceiling_ratios, fastest_seconds, held_runs, lookup_runs, model_runs
 from edgespec.bench.holds import Holds
 from edgespec.bench.replay import CURVES, add_ceiling, replay
 
@@ -80,7 +80,7 @@ def test_the_lookups_find_a_copy_of_the_prompt(pair):
     assert runs[0] == 0
     # once the answer has started copying, the rest is proposed right to its end
     assert runs[2:] == [len(answer) - i for i in range(2, len(answer))]
-    ratio = ceiling_ratio(pair.target, prompt, answer, None, lambda k: 1.0 + 0.05 * k, 0.0, 64)
+    ratio, _ = ceiling_ratios(pair.target, prompt, answer, None, lambda k: 1.0 + 0.05 * k, 0.0, 64)
     assert ratio > 2.0
 
 

@@ -105,7 +105,7 @@ def fastest_seconds(
     return best[1] if n > 1 else 0.0
 
 
-def ceiling_ratio(
+def ceiling_ratios(
     target: Model,
     prompt: list[int],
     answer: list[int],
@@ -116,17 +116,22 @@ def ceiling_ratio(
     end_token: int | None = None,
     grammar: GrammarSpec | None = None,
     prediction: list[int] | None = None,
-) -> float:
+) -> tuple[float, float]:
     """Decode-phase speed of the fastest schedule over plain decoding's (1.0 for an
-    answer of one token): drafts of at most ``longest`` tokens, the draft model's only
-    where ``guesses`` (its teacher-forced tokens) are given. An answer that ended with
-    ``end_token`` has one more step to take, the one that makes it (as a replay does). An answer decoded under
-    ``grammar`` has the grammar's drafter among the lookups; the lookups also copy from
-    ``prediction`` where one is given."""
+    answer of one token), with every drafter and with the lookups alone (the draft model
+    left out; the lookups' proposals are judged once for both): drafts of at most
+    ``longest`` tokens, the draft model's only where ``guesses`` (its teacher-forced
+    tokens) are given. An answer that ended with ``end_token`` has one more step to take,
+    the one that makes it (as a replay does). An answer decoded under ``grammar`` has the
+    grammar's drafter among the lookups; the lookups also copy from ``prediction`` where
+    one is given."""
     sequence = answer + ([end_token] if end_token is not None else [])
     if len(sequence) < 2:
-        return 1.0
+        return 1.0, 1.0
     lookup = lookup_runs(target, prompt, sequence, longest, grammar, prediction)
     model = None if guesses is None else model_runs(guesses, sequence)
     plain = (len(sequence) - 1) * verify_s(1)
-    return plain / fastest_seconds(lookup, model, verify_s, draft_token_s, longest)
+    lookups_alone = plain / fastest_seconds(lookup, None, verify_s, draft_token_s, longest)
+    if model is None:
+        return lookups_alone, lookups_alone
+    return plain / fastest_seconds(lookup, model, verify_s, draft_token_s, longest), lookups_alone

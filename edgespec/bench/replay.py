@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.bench.ceiling import ceiling_ratio
+from edgespec.bench.ceiling import ceiling_ratios
 from edgespec.bench.corpus import BY_ID, CATEGORIES, predicted_output
 from edgespec.bench.recording import Recording, recorded_corpus
 from edgespec.bench.runner import geomean
@@ -395,27 +395,25 @@ def add_ceiling(
     breaks is worth, apart from knowing where the draft model's guesses fail. With
     ``predicted``, both again with the lookups also copying from the Predicted Output
     (labels ending in " predicted"). Returns the labels added, in order."""
-    variants = [(None, "")] if not predicted else [(None, ""), (True, PREDICTED)]
-    labels = [base + suffix for _, suffix in variants for base in (CEILING, LOOKUP_CEILING)]
+    suffixes = ["", PREDICTED] if predicted else [""]
     for rec in recordings:
-        for with_prediction, suffix in variants:
-            prediction = prediction_of(rec, target) if with_prediction else None
-            for base, guesses in ((CEILING, rec.guesses), (LOOKUP_CEILING, None)):
-                ratio = ceiling_ratio(
-                    target,
-                    rec.prompt,
-                    rec.answer,
-                    guesses,
-                    lambda k: curve.target_seconds(k) + curve.python_s,
-                    curve.draft_seconds(1),
-                    target.options.max_outputs - 1,
-                    target.eos if rec.ended else None,
-                    rec.settings(1).grammar,
-                    prediction,
-                )
-                plain = results[rec.id]["target only"]
-                results[rec.id][base + suffix] = Replayed(plain.decode_tps * ratio)
-    return labels
+        plain = results[rec.id]["target only"]
+        for suffix in suffixes:
+            everything, lookups = ceiling_ratios(
+                target,
+                rec.prompt,
+                rec.answer,
+                rec.guesses,
+                lambda k: curve.target_seconds(k) + curve.python_s,
+                curve.draft_seconds(1),
+                target.options.max_outputs - 1,
+                target.eos if rec.ended else None,
+                rec.settings(1).grammar,
+                prediction_of(rec, target) if suffix else None,
+            )
+            results[rec.id][CEILING + suffix] = Replayed(plain.decode_tps * everything)
+            results[rec.id][LOOKUP_CEILING + suffix] = Replayed(plain.decode_tps * lookups)
+    return [base + suffix for suffix in suffixes for base in (CEILING, LOOKUP_CEILING)]
 
 
 def summarize(

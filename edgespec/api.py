@@ -7,6 +7,9 @@
     print(done.text, done.stats.tau)
     for event in lm.stream("def quicksort(xs):", drafter="ngram", gamma=4):
         ...                                           # Token / Step / Done events
+    answer = lm.start(lm.request("Explain caches", chat=True))   # one answer, as an object
+    ...                                               # answer.stop() from any thread
+    for event in lm.events(answer): ...
 
 Models are resolved like everywhere else (a path, a cached catalog name, the hub, the
 package registry); the pair is checked for vocabulary compatibility before anything runs.
@@ -16,24 +19,28 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from edgespec.decoding.auto import PairState
-from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, MAX_GAMMA, make_policy
-from edgespec.decoding.engine import Engine, GenerationSettings
+from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, MAX_GAMMA, check_choice, make_policy
+from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done, Event
+from edgespec.decoding.generation import Generation
 from edgespec.decoding.grammar import GrammarSpec, compile_grammar, json_object_grammar, schema_grammar
 from edgespec.decoding.penalties import DEFAULT_LAST_N, Penalties
 from edgespec.decoding.policy import Policy
+from edgespec.decoding.request import GenerationSettings, Request
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, RequestError
 from edgespec.models import catalog
 from edgespec.models.pairing import choose_draft
 from edgespec.models.resolve import resolve
 from edgespec.runtime.chat_template import chat_tokens
 from edgespec.runtime.compat import check_pair, precheck
+from edgespec.runtime.messages import check_conversation, normalise_messages
 from edgespec.runtime.model import LoadOptions, Model, init_backend
 
 DEFAULT = "default"
@@ -101,6 +108,10 @@ class EdgeSpec:
         self.engine = Engine(self.target, self.draft)
         # One generation at a time per loaded pair: the caches are shared state.
         self.lock = threading.Lock()
+        # Answers started and not ended, for close to end them (weakly held: an answer
+        # that is dropped unread goes with its last reference).
+        self._open: weakref.WeakSet[Generation] = weakref.WeakSet()
+        self._open_guard = threading.Lock()
         self._controller: PairState | None = None
 
     def controller_state(self, *, quiet: bool = False) -> PairState:
@@ -111,7 +122,11 @@ class EdgeSpec:
         if self._controller is None:
             with self.lock:  # never time anything while a generation runs
                 self._controller = PairState.prepare(
-                    self.target, self.draft, self.engine.max_gamma + 1, quiet=quiet
+                    self.target,
+                    self.draft,
+                    self.engine.max_gamma + 1,
+                    quiet=quiet,
+                    notify=lambda note: print(note, file=sys.stderr),
                 )
         return self._controller
 
@@ -132,15 +147,14 @@ class EdgeSpec:
         template; messages may carry assistant ``tool_calls`` and ``tool`` results."""
         if isinstance(prompt, str):
             if not prompt.strip():
-                raise EdgespecError("the prompt is empty")
+                raise RequestError("the prompt is empty", "prompt")
             if not chat:
                 return self.target.tokenize(prompt, add_special=True)
             prompt = [{"role": "user", "content": prompt}]
-        messages = list(prompt)
+        messages = normalise_messages(prompt)
         if system:
             messages.insert(0, {"role": "system", "content": system})
-        if not messages:
-            raise EdgespecError("the prompt is empty")
+        check_conversation(messages)
         return chat_tokens(self.target, messages, tools=tools, **template_kwargs)
 
     # -- generation ---------------------------------------------------------------------
@@ -150,47 +164,84 @@ class EdgeSpec:
         return make_policy(
             drafter,
             gamma,
-            loaded=self.engine.drafters.keys(),
+            loaded=self.engine.drafters,
             max_gamma=self.engine.max_gamma,
             pair_state=self.controller_state,
         )
 
-    def stream(
+    def request(
         self,
-        prompt: str | list[dict[str, str]] | list[int],
+        prompt: str | list[dict[str, Any]] | list[int],
         settings: GenerationSettings | None = None,
         *,
-        drafter: str = DEFAULT_DRAFTER,
-        gamma: int | str = DEFAULT_GAMMA,
+        drafter: object = DEFAULT_DRAFTER,
+        gamma: object = DEFAULT_GAMMA,
         chat: bool = False,
         system: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
         prediction: str | None = None,
-        **sampling,
-    ) -> Iterator[Event]:
-        """Stream events for one generation. ``sampling`` keywords (temperature, top_k,
-        top_p, min_p, seed, max_tokens, stop, lenience, verify, the penalties, logit_bias,
-        logprobs: see ``settings_from``) build the settings when none are given.
-        ``prediction`` is the text the answer is expected to be (OpenAI's Predicted
-        Outputs, e.g. the file an edit starts from): the copy drafters propose from it; the
-        answer stays exactly the target's."""
+        **sampling: Any,
+    ) -> Request:
+        """One validated request: the one place every front end turns what it was asked
+        into what the engine runs. ``prompt`` is text (``chat=True``: one user message),
+        chat messages, or token ids; ``sampling`` keywords (temperature, top_k, top_p,
+        min_p, seed, max_tokens, stop, lenience, verify, the penalties, logit_bias,
+        logprobs, grammar, json_schema, json_object: see ``settings_from``) build the
+        settings when none are given. ``prediction`` is the text the answer is expected to
+        be (OpenAI's Predicted Outputs): the copy drafters propose from it; the answer
+        stays exactly the target's. A refusal is a ``RequestError`` naming the field."""
         settings = settings or settings_from(**sampling)
         if prediction:
-            tokens_of_prediction = self.target.tokenize(prediction, add_special=False)
-            settings = replace(settings, prediction=tuple(tokens_of_prediction))
+            settings = replace(
+                settings, prediction=tuple(self.target.tokenize(prediction, add_special=False))
+            )
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
             tokens = list(prompt)
+            n_vocab = self.target.n_vocab
+            if any(not isinstance(t, int) or not 0 <= t < n_vocab for t in tokens):
+                raise RequestError(f"prompt token ids must be in [0, {n_vocab})", "prompt")
         else:
-            tokens = self.prompt_tokens(prompt, chat=chat, system=system)
+            tokens = self.prompt_tokens(prompt, chat=chat, system=system, tools=tools)
         if len(tokens) >= self.target.n_ctx:  # said before a cost profile is measured
-            raise EdgespecError(
+            raise RequestError(
                 f"the prompt is {len(tokens)} tokens but the context holds {self.target.n_ctx}; "
-                "shorten it or raise --ctx"
+                "shorten it or raise --ctx",
+                "messages" if chat or _is_messages(prompt) else "prompt",
+                "context_length_exceeded",
             )
-        policy = self.policy(drafter, gamma)
-        with self.lock:
-            yield from self.engine.stream(tokens, settings, policy)
-            if self._controller is not None:
-                self._controller.check_costs()
+        drafter, gamma = check_choice(
+            drafter, gamma, has_draft=self.draft is not None, max_gamma=self.engine.max_gamma
+        )
+        return Request(tuple(tokens), settings, drafter, gamma)
+
+    def start(self, request: Request) -> Generation:
+        """One answer to ``request``, as an object: read it with ``events``; its ``stop()``
+        ends it (and no other answer) from any thread, even before it runs."""
+        answer = self.engine.start(request, self.policy(request.drafter, request.gamma))
+        with self._open_guard:
+            self._open.add(answer)
+        return answer
+
+    def events(self, answer: Generation) -> Iterator[Event]:
+        """Run an answer made by ``start``. Answers on one pair run one at a time (the
+        models' caches are shared state): this waits for the running one to end."""
+        try:
+            with self.lock:
+                yield from answer.events()
+                if self._controller is not None:
+                    self._controller.check_costs()
+        finally:
+            with self._open_guard:
+                self._open.discard(answer)
+
+    def stream(
+        self,
+        prompt: str | list[dict[str, Any]] | list[int],
+        settings: GenerationSettings | None = None,
+        **request: Any,
+    ) -> Iterator[Event]:
+        """Stream events for one generation: ``request`` keywords as ``request`` takes them."""
+        yield from self.events(self.start(self.request(prompt, settings, **request)))
 
     def generate(self, prompt, settings: GenerationSettings | None = None, **kwargs) -> Done:
         done = None
@@ -200,14 +251,15 @@ class EdgeSpec:
         assert done is not None
         return done
 
-    def stop(self) -> None:
-        """End the running generation at once (from another thread)."""
-        self.engine.cancel.set()
-        self.target.abort()
-        if self.draft is not None:
-            self.draft.abort()
-
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """End the answers still open on this pair, and free the models once the running
+        one has let go of them (within ``timeout`` seconds; else they are left loaded)."""
+        with self._open_guard:
+            for answer in list(self._open):
+                answer.stop()
+        if not self.lock.acquire(timeout=timeout):
+            return
+        self.lock.release()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()
@@ -241,7 +293,7 @@ def settings_from(
     text), ``json_schema`` (answers are JSON values of that schema) and ``json_object``
     (any JSON object) constrains the answer; JSON is written compact."""
     constraint = constraint_from(grammar, json_schema, json_object)
-    settings = GenerationSettings(
+    return GenerationSettings(
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
         max_tokens=max_tokens,
@@ -258,8 +310,10 @@ def settings_from(
         logprobs=logprobs,
         grammar=constraint,
     )
-    settings.validate()
-    return settings
+
+
+def _is_messages(prompt: object) -> bool:
+    return isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt)
 
 
 def constraint_from(

@@ -7,7 +7,6 @@ cache (EDGESPEC_HOME). Nothing here is mocked.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,26 +19,19 @@ from edgespec.models.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Fixtures that load a GGUF, and calls in a test module that do (a subprocess running the
-# CLI or a server, a pair or model built by hand): a test using either needs the models.
+# Fixtures that load a GGUF: a test using one (directly or through another fixture) needs
+# the models. Any other test that does (a subprocess running the CLI or a server, a pair or
+# model built by hand) says so itself: ``pytestmark = pytest.mark.needs_models`` in its
+# module, or ``@pytest.mark.needs_models`` on the test.
 MODEL_FIXTURES = {"target_path", "draft_path", "smol_path", "pair", "replay_recordings"}
-MODEL_CALLS = re.compile(r"(?<![\w.])(?:run_cli|serve|EdgeSpec|Model|launch_app)\(")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that needs the real models ``needs_models``, so that
+    """Mark every test that uses one of ``MODEL_FIXTURES`` ``needs_models``, so that
     ``pytest -m "not needs_models"`` runs the math, the controller on synthetic costs and
-    the schemas without any set-up. A module is model-bound when its source calls one of
-    ``MODEL_CALLS``; a test is, when it uses one of ``MODEL_FIXTURES`` (directly or through
-    another fixture)."""
-    model_bound: dict[Path, bool] = {}
+    the schemas without any set-up."""
     for item in items:
-        path = Path(str(item.fspath))
-        if path not in model_bound:
-            source = path.read_text(encoding="utf-8") if path.is_file() else ""
-            model_bound[path] = MODEL_CALLS.search(source) is not None
-        uses_models = MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        if model_bound[path] or uses_models:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.needs_models)
 
 

@@ -98,8 +98,8 @@ def view(
         GREEDY,
         remaining,
         boundaries,
-        lookup=lambda name, n: drafters[name].lookup(context, n),
-        draft_catch_up=lambda: catch_up,
+        proposal=lambda name, n: drafters[name].proposal(context, n),
+        catch_up=lambda name: catch_up if name == "model" else 0,
     )
 
 
@@ -116,7 +116,7 @@ def plan(
 
 def model_price(adaptive: AdaptivePolicy, step_view: StepView) -> float:
     """Seconds the controller expects the draft model's next step to take."""
-    return next(c.seconds for c in adaptive.choices(step_view) if c.drafter == "model")
+    return next(c.seconds for c in adaptive.choices(step_view).options if c.drafter == "model")
 
 
 def banned(adaptive: AdaptivePolicy, option: str) -> bool:

@@ -289,12 +289,8 @@ def launch(lm: EdgeSpec | None, load_error: str | None = None) -> Iterator[str]:
 def lm() -> Iterator[EdgeSpec]:
     model = EdgeSpec(quiet=True)
     yield model
-    # A failed test can leave an answer running in Gradio's worker thread: end it, and
-    # free the models only once it let go of them.
-    model.stop()
-    released = model.lock.acquire(timeout=60)
-    if released:
-        model.lock.release()
+    # A failed test can leave an answer running in Gradio's worker thread: close ends it,
+    # and frees the models only once it let go of them.
     model.close()
 
 
@@ -452,17 +448,17 @@ def test_clear_mid_generation_starts_over(client: Client):
 @needs_models
 def test_lenience_reaches_the_running_generation(client: Client, lm: EdgeSpec, monkeypatch):
     seen: list = []
-    real_stream = lm.stream
+    real_start = lm.start
 
-    def spy(prompt, settings, **kwargs):
-        seen.append(settings)
-        yield from real_stream(prompt, settings, **kwargs)
+    def spy(request):
+        seen.append(real_start(request))
+        return seen[-1]
 
-    monkeypatch.setattr(lm, "stream", spy)
+    monkeypatch.setattr(lm, "start", spy)
     job = ask(client, LONG_PROMPT, max_tokens=400, temperature=0.8, seed="7")
     wait_for_text(job)
     client.predict(0.5, api_name="/set_lenience")
-    assert seen[-1].lenience == 0.5, "the slider must change the settings the engine is reading"
+    assert seen[-1].live.lenience == 0.5, "the slider must reach the answer that is running"
     client.predict(api_name="/stop")
     job.result(timeout=60)
 

@@ -77,12 +77,8 @@ def app_url() -> Iterator[str]:
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
-    # A failed test can leave an answer running in Gradio's worker thread: end it, and
-    # free the models only once it let go of them.
-    lm.stop()
-    released = lm.lock.acquire(timeout=60)
-    if released:
-        lm.lock.release()
+    # A failed test can leave an answer running in Gradio's worker thread: close ends it,
+    # and frees the models only once it let go of them.
     lm.close()
 
 

@@ -285,6 +285,7 @@ def test_runner_interleaves_configurations_and_compares_like_with_like(pair):
 # -- the F16 conversion ------------------------------------------------------------------------------
 
 
+@pytest.mark.needs_models
 def test_f16_copy_is_cached_keyed_by_the_source_and_decodes(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
     cached = resolve("smollm2-135m", quiet=True).path

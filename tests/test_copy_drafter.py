@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec.decoding.drafters import CopyDrafter, NgramDrafter
+from edgespec.decoding.drafters import AnswerSetup, CopyDrafter, NgramDrafter
 
 # A source with a repeated name (7 = "total") and distinct tokens elsewhere.
 HEADER = [900, 901, 902]  # what precedes the source in the prompt (instructions)
@@ -17,7 +17,7 @@ PROMPT = [*HEADER, *SOURCE, 950, 951]  # 950, 951: the chat template's turn mark
 def follow(drafter, answer: list[int], budget: int = 6) -> list[int]:
     """Feed the answer token by token (as the engine commits them) and return the proposal
     the drafter makes after the last one."""
-    drafter.begin(PROMPT, [])
+    drafter.begin(AnswerSetup(PROMPT, []))
     proposal: list[int] = []
     for i in range(1, len(answer) + 1):
         proposal, _ = drafter.lookup(PROMPT + answer[:i], budget)
@@ -51,7 +51,7 @@ def test_after_an_edit_a_common_token_resumes_at_the_right_place():
     prompt = [*HEADER, *source, 950, 951]
     answer = [10, 30, 11, 30, 12, 99, 30]
     for drafter, right in ((CopyDrafter(), True), (NgramDrafter(), False)):
-        drafter.begin(prompt, [])
+        drafter.begin(AnswerSetup(prompt, []))
         for i in range(1, len(answer) + 1):
             proposal, _ = drafter.lookup(prompt + answer[:i], 3)
         assert (proposal == [14, 15, 16]) == right, drafter.name
@@ -72,7 +72,7 @@ def test_a_new_name_quoted_in_the_request_still_becomes_a_rule():
     header = [900, 7, 901, 70, 71, 902]  # "... total to grand _total ..."
     prompt = [*header, *SOURCE, 950, 951]
     drafter = CopyDrafter()
-    drafter.begin(prompt, [])
+    drafter.begin(AnswerSetup(prompt, []))
     answer = [10, 11, 70, 71, 12, 13, 14]
     for i in range(1, len(answer) + 1):
         proposal, _ = drafter.lookup(prompt + answer[:i], 8)
@@ -99,7 +99,7 @@ def test_a_substitution_the_target_refuses_is_forgotten():
 def test_the_prediction_is_preferred():
     drafter = CopyDrafter()
     predicted = [10, 11, 70, 12, 13, 14, 15, 16]
-    drafter.begin(PROMPT, predicted)
+    drafter.begin(AnswerSetup(PROMPT, predicted))
     proposal, n = drafter.lookup([*PROMPT, 10, 11], 4)
     assert proposal == [70, 12, 13, 14] and n >= 2
 

@@ -293,3 +293,50 @@ def test_bad_settings_are_one_line_errors(pair):
     long_prompt = "word " * 3000
     with pytest.raises(EdgespecError, match="context holds"):
         pair.generate(long_prompt, drafter="model", gamma=2)
+
+
+def test_a_stop_ends_its_own_answer_and_no_other(pair):
+    """Two answers on one pair: the second waits for the first; stopping the waiting one
+    withdraws it (nothing runs), and the running one goes on to its end."""
+    import threading
+
+    fresh(pair)
+    first = pair.start(pair.request("Count from one to fifty in words.", chat=True, max_tokens=24))
+    second = pair.start(pair.request("Say hi.", chat=True, max_tokens=24))
+    events: list = []
+    running = threading.Event()
+
+    def run_first() -> None:
+        for event in pair.events(first):
+            running.set()
+            events.append(event)
+
+    thread = threading.Thread(target=run_first)
+    thread.start()
+    assert running.wait(120)
+    second.stop()
+    ended = list(pair.events(second))  # waits for the first to let go of the pair
+    thread.join(120)
+    assert isinstance(ended[-1], Done) and ended[-1].stop_reason == "cancelled"
+    assert ended[-1].token_ids == [] and len(ended) == 1
+    assert isinstance(events[-1], Done) and events[-1].stop_reason == "max_tokens"
+    assert len(events[-1].token_ids) == 24
+
+
+def test_a_refused_request_names_its_field(pair):
+    from edgespec.errors import RequestError
+
+    cases = [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"temperature": -1.0}, "temperature"),
+        ({"drafter": "nope"}, "drafter"),
+        ({"gamma": 999}, "gamma"),
+        ({"lenience": 0.0}, "lenience"),
+    ]
+    for fields, param in cases:
+        with pytest.raises(RequestError) as caught:
+            pair.request("Hello", chat=True, **fields)
+        assert caught.value.param == param, fields
+    with pytest.raises(RequestError) as caught:
+        pair.request("cache " * (pair.target.n_ctx + 10), chat=True)
+    assert caught.value.param == "messages" and caught.value.code == "context_length_exceeded"

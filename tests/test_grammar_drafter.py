@@ -14,7 +14,7 @@ import pytest
 
 from edgespec.decoding.acceptance import residual, token_acceptance_probabilities
 from edgespec.decoding.constrained import Constraint
-from edgespec.decoding.drafters import GrammarDrafter
+from edgespec.decoding.drafters import AnswerSetup, GrammarDrafter
 from edgespec.decoding.grammar import GrammarSpec, GrammarState
 
 NAME = 'root ::= "{\\"name\\":\\"" [a-z]+ "\\"}"'
@@ -24,8 +24,7 @@ RECORD = 'root ::= "{\\"city\\":\\"" [A-Za-z ]+ "\\",\\"zip\\":\\"" [0-9]{5} "\\
 def drafter_on(pair, gbnf: str, context: list[int]) -> tuple[GrammarDrafter, Constraint]:
     constraint = Constraint(pair.target, GrammarSpec(gbnf))
     drafter = GrammarDrafter(pair.target)
-    drafter.attach(constraint)
-    drafter.begin(context, [])
+    drafter.begin(AnswerSetup(context, [], constraint))
     return drafter, constraint
 
 
@@ -72,7 +71,7 @@ def test_a_copied_value_joins_two_forced_runs(pair):
 
 def test_no_grammar_no_proposal(pair):
     drafter = GrammarDrafter(pair.target)
-    drafter.attach(None)
+    drafter.begin(AnswerSetup([1, 2, 3]))
     assert drafter.lookup([1, 2, 3], 8) == ([], 0)
 
 
@@ -189,18 +188,17 @@ def test_the_draft_model_drafts_a_forced_run_whole(pair):
     """Guided by the grammar, a greedy draft model drafts the forced text (a key no model
     would guess) in the target's tokenization, then writes the value itself, all in one
     draft, and reads the forced run in decodes the controller does not take for a catch-up."""
-    from edgespec.decoding.drafters import DraftRequest, GrammarGuide
+    from edgespec.decoding.drafters import DraftRequest, ModelDrafter
     from edgespec.decoding.sampling import SamplingParams
 
     target = pair.target
     context = target.tokenize("Give the count as JSON: there are 42 of them.", add_special=False)
     gbnf = 'root ::= "{\\"qzx_count\\":" [0-9]+ "}"'
     constraint = Constraint(target, GrammarSpec(gbnf))
-    drafters = pair.engine.drafters
-    guide = GrammarGuide(drafters["grammar"], constraint, context[-1])
+    drafter = ModelDrafter(pair.draft, target)
+    drafter.begin(AnswerSetup(context, [], constraint))
     rng = np.random.default_rng(0)
-    request = DraftRequest(6, SamplingParams(), rng, choose=guide.choose, forced=guide.forced)
-    draft = drafters["model"].propose(context, request)
+    draft = drafter.propose(context, DraftRequest(6, SamplingParams(), rng))
     head = target.tokenize('{"qzx_count":', add_special=False)
     assert draft.tokens[: len(head)] == head
     assert all(math.isnan(c) for c in draft.confidences[: len(head)])  # no guess of the model's

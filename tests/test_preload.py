@@ -24,7 +24,8 @@ def finished_imports(args: list[str]) -> list[str]:
 @pytest.mark.parametrize(
     "args",
     [
-        ["-m", "edgespec", "costs", "show"],
+        # resolves the default pair: its GGUFs must be in the cache
+        pytest.param(["-m", "edgespec", "costs", "show"], marks=pytest.mark.needs_models),
         ["-m", "edgespec", "generate", "--help"],
         # the set-up's smoke check: a crash there would fail a good CUDA build
         ["-m", "edgespec.runtime.smoke", "--help"],

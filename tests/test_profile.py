@@ -5,6 +5,7 @@ again."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -13,6 +14,7 @@ from edgespec.decoding.auto import PairState
 from edgespec.decoding.costs import (
     implausible,
     load_or_measure,
+    measure,
     profile_facts,
     profile_path,
     profile_path_for,
@@ -34,28 +36,45 @@ def smol(smol_path, tmp_path, monkeypatch):
     small.close()
 
 
-def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_measured(smol):
-    costs = load_or_measure(smol.target, None, 4, quiet=True, busy=quiet_machine)
-    assert all(costs.target.measured(k) for k in range(1, 5))  # every verification size
-    path = costs.profile_path
-    assert path is not None and set(json.loads(path.read_text())["target"]) == {"1", "2", "3", "4"}
+@pytest.fixture()
+def steady_timing(monkeypatch) -> list[int]:
+    """Every timed pass still runs on the model, but takes a fixed time that grows with
+    its size: neither jitter nor other processes can make a curve look disturbed, which
+    would have it measured again. Returns the sizes timed, in order."""
+    timed: list[int] = []
+    real = measure._time_decode
 
-    # A larger γ measures only what the profile lacks ... (from a settled profile: a tiny
-    # model's passes take a few ms, and jitter can make a measurement implausible twice,
-    # which keeps it provisional, to be measured anew at the next load, as it should)
+    def steady(model, filler: list[int], k: int, all_logits: bool) -> float:
+        real(model, filler, k, all_logits)
+        timed.append(k)
+        return 0.01 + 0.002 * k
+
+    monkeypatch.setattr(measure, "_time_decode", steady)
+    return timed
+
+
+def test_warm_up_measures_every_size_once_and_the_profile_keeps_what_others_measured(smol, steady_timing):
+    costs = load_or_measure(smol.target, None, 4, quiet=True, busy=quiet_machine)
+    assert set(steady_timing) == {1, 2, 3, 4}  # every verification size ...
+    assert len(set(Counter(steady_timing).values())) == 1  # ... in as many rounds each
+    assert all(costs.target.measured(k) for k in range(1, 5))
+    path = costs.profile_path
     data = json.loads(path.read_text())
-    data["target"] = {str(k): v for k, v in enumerate(sorted(data["target"].values()), start=1)}
-    data["provisional"] = False
-    path.write_text(json.dumps(data))
+    assert set(data["target"]) == {"1", "2", "3", "4"} and data["provisional"] is False
     stored = data["target"]
+
+    # A larger γ measures only what the profile lacks ...
+    steady_timing.clear()
     costs = load_or_measure(smol.target, None, 6, quiet=True, busy=quiet_machine)
-    assert costs.target.estimate(2) == pytest.approx(stored["2"])  # loaded, not re-measured
+    assert set(steady_timing) == {5, 6}  # the loaded sizes are not timed again
+    assert costs.target.estimate(2) == pytest.approx(stored["2"])
     assert set(json.loads(path.read_text())["target"]) == {str(k) for k in range(1, 7)}
 
     # ... and a smaller one neither re-measures nor forgets the larger sizes.
+    steady_timing.clear()
     before = path.read_text()
     load_or_measure(smol.target, None, 3, quiet=True, busy=quiet_machine)
-    assert path.read_text() == before
+    assert steady_timing == [] and path.read_text() == before
 
 
 def test_each_size_is_timed_right_after_single_token_passes(smol, monkeypatch):
@@ -103,7 +122,7 @@ def llama_cpp_version() -> str:
     "damage",
     ["corrupt", "implausible", "stale", "older version"],
 )
-def test_a_bad_profile_is_detected_and_measured_again(smol, damage, capsys):
+def test_a_bad_profile_is_detected_and_measured_again(smol, damage):
     costs = load_or_measure(smol.target, None, 4, quiet=True, busy=quiet_machine)
     path = costs.profile_path
     data = json.loads(path.read_text())
@@ -118,8 +137,9 @@ def test_a_bad_profile_is_detected_and_measured_again(smol, damage, capsys):
     else:
         data["version"] = 1
         path.write_text(json.dumps(data))
-    costs = load_or_measure(smol.target, None, 4, busy=quiet_machine)
-    warning = [line for line in capsys.readouterr().err.splitlines() if "cost profile" in line]
+    notes: list[str] = []
+    costs = load_or_measure(smol.target, None, 4, busy=quiet_machine, notify=notes.append)
+    warning = [line for line in notes if "cost profile" in line]
     assert len(warning) == 1 and "measuring again" in warning[0], warning
     fresh = json.loads(path.read_text())
     # Measured anew: plausible, or (on a machine too disturbed to measure) kept provisional,
@@ -128,18 +148,19 @@ def test_a_bad_profile_is_detected_and_measured_again(smol, damage, capsys):
     assert not fresh["stale"] and set(fresh["target"]) == {"1", "2", "3", "4"}
 
 
-def test_a_profile_measured_on_a_busy_machine_is_provisional(smol, capsys):
-    costs = load_or_measure(smol.target, None, 3, busy=lambda: 1.5)
-    assert costs.provisional and "busy" in capsys.readouterr().err
+def test_a_profile_measured_on_a_busy_machine_is_provisional(smol, steady_timing):
+    notes: list[str] = []
+    costs = load_or_measure(smol.target, None, 3, busy=lambda: 1.5, notify=notes.append)
+    assert costs.provisional and any("busy" in note for note in notes)
     path = costs.profile_path
     assert json.loads(path.read_text())["provisional"] is True
     # Still busy at the next load: the provisional figures are kept, not re-measured.
     before = path.read_text()
     load_or_measure(smol.target, None, 3, quiet=True, busy=lambda: 1.5)
     assert path.read_text() == before
-    # Quiet now: measured again, and no longer provisional.
-    load_or_measure(smol.target, None, 3, quiet=True, busy=quiet_machine)
-    assert json.loads(path.read_text())["provisional"] is False
+    # Quiet now: measured again, and no longer provisional (and ``quiet`` keeps its note back).
+    load_or_measure(smol.target, None, 3, quiet=True, busy=quiet_machine, notify=notes.append)
+    assert json.loads(path.read_text())["provisional"] is False and len(notes) == 1
 
 
 def test_costs_seen_online_that_disagree_with_the_shape_mark_the_profile_stale(smol):

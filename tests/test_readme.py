@@ -203,12 +203,9 @@ def test_model_shell_example_runs(command: Command) -> None:
 
 @pytest.fixture(scope="module")
 def readme_server():
-    # Imported under another name: conftest marks a whole module needs_models when its
-    # source calls that function by its own name, and this module's cheap tests need no
-    # models (its model-bound tests carry the marker themselves).
-    from tests.server_fixtures import serve as start_server
+    from tests.server_fixtures import serve
 
-    with start_server() as server:
+    with serve() as server:
         yield server
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from edgespec.decoding.auto import AdaptivePolicy, PairState
-from edgespec.decoding.choice import MAX_GAMMA, ChoiceError, check_choice, make_policy
+from edgespec.decoding.choice import MAX_GAMMA, check_choice, make_policy
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.drafters import (
     AUTO,
@@ -23,6 +23,7 @@ from edgespec.decoding.drafters import (
     registry,
 )
 from edgespec.decoding.policy import FixedPolicy
+from edgespec.errors import RequestError
 
 HEX_COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
 
@@ -48,19 +49,33 @@ def test_the_choices_are_auto_none_and_every_drafter_each_with_help():
 
 @pytest.mark.needs_models
 def test_a_pair_builds_the_lookup_drafters_and_the_draft_model_only_with_a_draft(pair):
-    alone = registry.build(pair.target, None)
+    assert registry.available(False) == LOOKUP_DRAFTERS
+    assert registry.available(True) == tuple(REGISTRY)
+    alone = registry.build(registry.available(False), pair.target, None, has_grammar=True)
     assert tuple(alone) == LOOKUP_DRAFTERS
     assert all(isinstance(d, LookupDrafter) and d.name == name for name, d in alone.items())
-    both = registry.build(pair.target, pair.draft)
-    assert tuple(both) == tuple(REGISTRY)
+    both = registry.build(registry.available(True), pair.target, pair.draft, has_grammar=False)
+    assert tuple(both) == tuple(n for n in REGISTRY if not REGISTRY[n].needs_grammar)
     assert all(d.name == name for name, d in both.items())
+
+
+def test_the_engine_asks_drafters_only_through_their_interface_and_their_specs():
+    """No class checks on drafters in the loop: what a drafter needs its spec declares."""
+    from pathlib import Path
+
+    import edgespec.decoding.engine as engine
+    import edgespec.decoding.generation as generation
+
+    for module in (engine, generation):
+        source = Path(module.__file__).read_text()
+        assert "isinstance(" not in source and "getattr(" not in source, module.__name__
 
 
 # -- check_choice ---------------------------------------------------------------------------
 
 
-def refusal(drafter: object, gamma: object, *, has_draft: bool = True) -> ChoiceError:
-    with pytest.raises(ChoiceError) as caught:
+def refusal(drafter: object, gamma: object, *, has_draft: bool = True) -> RequestError:
+    with pytest.raises(RequestError) as caught:
         check_choice(drafter, gamma, has_draft=has_draft)
     assert "\n" not in str(caught.value)  # one line
     return caught.value
@@ -158,8 +173,8 @@ def test_auto_chooses_among_the_loaded_drafters_in_registry_order():
 
 def test_a_refused_choice_never_reaches_the_pair_state():
     states = PairStates()
-    with pytest.raises(ChoiceError):
+    with pytest.raises(RequestError):
         make_policy("model", AUTO, loaded=LOOKUP_DRAFTERS, max_gamma=MAX_GAMMA, pair_state=states)
-    with pytest.raises(ChoiceError):
+    with pytest.raises(RequestError):
         make_policy(AUTO, 65, loaded=LOADED, max_gamma=MAX_GAMMA, pair_state=states)
     assert states.calls == 0

@@ -15,6 +15,7 @@ import pytest
 
 from edgespec.api import settings_from
 from edgespec.decoding.events import Done, Stats, Step
+from edgespec.decoding.request import Request
 from edgespec.server.chunks import Speculation, timings
 from edgespec.server.schemas import Job
 from tests.server_fixtures import Server, cli_reference, serve, sse_events
@@ -221,11 +222,7 @@ def test_runs_cover_a_long_answer_whole() -> None:
     # More runs than any cut would keep: every step stays, in order.
     job = Job(
         kind="chat",
-        tokens=[1],
-        settings=settings_from(max_tokens=1000),
-        drafter="auto",
-        gamma="auto",
-        prediction=None,
+        request=Request((1,), settings_from(max_tokens=1000)),
         stream=False,
         include_usage=False,
         model="m",
@@ -284,6 +281,9 @@ def test_predicted_output_is_accepted_and_changes_nothing(server: Server) -> Non
         messages=messages,
         max_tokens=40,
         prediction={"type": "content", "content": [{"type": "text", "text": expected}]},
+        # A fixed drafter: whether ``auto`` finds drafting worth it depends on this
+        # machine's load at the moment, which a test must not.
+        extra_body={"drafter": "copy", "gamma": 8},
     )
     assert predicted.choices[0].message.content == expected
     details = predicted.usage.completion_tokens_details

@@ -13,7 +13,7 @@ import pytest
 
 from tests.server_fixtures import Server, serve, sse_events
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
 ASKS = ["Write a Python function that reverses a string.", "What is the capital of France? One word."]
 # Long enough that finishing it would take far longer than the test allows.

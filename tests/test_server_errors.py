@@ -99,9 +99,9 @@ def test_api_key_is_required(server: Server) -> None:
         ({"messages": HELLO, "gamma": True}, "gamma", "'auto' or a whole number"),
         ({"messages": HELLO, "stream_options": {"include_usage": True}}, "stream_options", "stream"),
         ({"messages": HELLO, "prediction": {"type": "image"}}, "prediction", "content"),
-        ({"messages": HELLO, "top_p": 0}, None, "top"),
-        ({"messages": HELLO, "lenience": 2}, None, "lenience"),
-        ({"messages": HELLO, "verify": "maybe"}, None, "verify"),
+        ({"messages": HELLO, "top_p": 0}, "top_p", "top"),
+        ({"messages": HELLO, "lenience": 2}, "lenience", "lenience"),
+        ({"messages": HELLO, "verify": "maybe"}, "verify", "verify"),
     ],
 )
 def test_bad_field_is_a_400(server: Server, body: dict, param: str | None, words: str) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from gradio_client import Client
 
 from tests.server_fixtures import Server, serve
+from tests.test_app import FAST, LONG_PROMPT, OUT, answer_text, wait_for_text
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
 
 @pytest.fixture(scope="module")
@@ -33,3 +37,60 @@ def test_unknown_api_path_is_an_openai_404_not_the_apps(server: Server) -> None:
     response = httpx.get(f"{server.base_url}/nothing")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+class ApiAnswer(threading.Thread):
+    """A streamed chat completion over the API, read in a thread: its chunks' text, its
+    finish reason, and when its first chunk came."""
+
+    def __init__(self, server: Server, prompt: str, max_tokens: int):
+        super().__init__(daemon=True)
+        self.server, self.prompt, self.max_tokens = server, prompt, max_tokens
+        self.text, self.finish, self.first = "", None, threading.Event()
+
+    def run(self) -> None:
+        stream = self.server.client().chat.completions.create(
+            model="default",
+            messages=[{"role": "user", "content": self.prompt}],
+            max_tokens=self.max_tokens,
+            stream=True,
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                self.text += chunk.choices[0].delta.content
+                self.first.set()
+            if chunk.choices and chunk.choices[0].finish_reason:
+                self.finish = chunk.choices[0].finish_reason
+
+
+def test_a_stop_in_the_app_ends_its_own_answer_and_never_the_apis(server: Server) -> None:
+    """The app and an API client each ask; the app's Stop ends the app's answer, waiting
+    or running, and the API client's answer runs to its end either way."""
+    app = Client(f"{server.url}/", verbose=False)
+    try:
+        # The API's answer runs; the app's waits behind it and is stopped while waiting.
+        running = ApiAnswer(server, LONG_PROMPT, max_tokens=48)
+        running.start()
+        assert running.first.wait(180)
+        waiting = app.submit("Say hello in one word.", **{**FAST, "max_tokens": 16}, api_name="/chat")
+        while not waiting.done():  # (until the app has queued it: a Stop before is a no-op)
+            app.predict(api_name="/stop")
+            time.sleep(0.2)
+        withdrawn = waiting.result(timeout=180)
+        assert "stopped before the first token" in withdrawn[OUT["error"]]
+        running.join(180)
+        assert running.finish == "length", "the API's answer must run to its end"
+
+        # The app's answer runs; the API's waits; the app's Stop ends only the app's.
+        job = app.submit(LONG_PROMPT, **{**FAST, "max_tokens": 400}, api_name="/chat")
+        wait_for_text(job)
+        behind = ApiAnswer(server, "Say hello in one word.", max_tokens=8)
+        behind.start()
+        time.sleep(0.5)
+        app.predict(api_name="/stop")
+        assert "(stopped)" in job.result(timeout=120)[OUT["stats"]]
+        assert answer_text(job.result()[OUT["chatbot"]])
+        behind.join(180)
+        assert behind.text and behind.finish in ("stop", "length")
+    finally:
+        app.close()

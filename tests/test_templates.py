@@ -17,7 +17,8 @@ import pytest
 
 from edgespec.errors import EdgespecError
 from edgespec.models.gguf import read_info, read_token_table
-from edgespec.runtime.chat_template import normalise_messages, render_template
+from edgespec.runtime.chat_template import render_template
+from edgespec.runtime.messages import normalise_messages
 
 TEMPLATES = Path(__file__).resolve().parent / "fixtures" / "templates"
 

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from edgespec.decoding.request import Request
 from edgespec.models.gguf import read_info
 from edgespec.runtime.chat_template import render_template
 from edgespec.server.toolcalls import (
@@ -454,22 +455,36 @@ def test_hermes_models_calling_with_bare_json_are_read(text):
     assert read_calls("The weather is {sunny}.", "hermes", {"get_weather"}).calls == []
 
 
-def _stream_answer(pieces: list[str]) -> list[dict]:
-    """The chunks a streamed chat answer with tools offered (Hermes format) gives."""
+def _answer(*, stream: bool = True, parallel: bool = True):
+    """A chat answer with tools offered (Hermes format), before any event."""
     from edgespec.api import settings_from
-    from edgespec.decoding.events import Done, Stats, Token
     from edgespec.server.chunks import Answer
     from edgespec.server.schemas import Job
     from edgespec.server.tools import ToolSetup
 
     tools = ToolSetup(
-        [{"type": "function", "function": {"name": "get_weather"}}], frozenset({"get_weather"}), "hermes"
+        [{"type": "function", "function": {"name": "get_weather"}}],
+        frozenset({"get_weather"}),
+        "hermes",
+        parallel=parallel,
     )
-    job = Job("chat", [1], settings_from(), "auto", "auto", None, True, False, "m", tools=tools)
-    answer = Answer(job, lambda token: b"x")
+    job = Job("chat", Request((1,), settings_from()), stream, False, "m", tools=tools)
+    return Answer(job, lambda token: b"x")
+
+
+def _done(pieces: list[str]):
+    from edgespec.decoding.events import Done, Stats
+
+    return Done(text="".join(pieces), tail="", stop_reason="eos", stats=Stats(tokens=len(pieces)))
+
+
+def _stream_answer(pieces: list[str], *, parallel: bool = True) -> list[dict]:
+    """The chunks a streamed chat answer with tools offered (Hermes format) gives."""
+    from edgespec.decoding.events import Token
+
+    answer = _answer(parallel=parallel)
     out = [c for i, piece in enumerate(pieces) for c in answer.add(Token(i, piece, "plain"))]
-    done = Done(text="".join(pieces), tail="", stop_reason="eos", stats=Stats(tokens=len(pieces)))
-    return out + answer.finish(done)
+    return out + answer.finish(_done(pieces))
 
 
 @pytest.mark.parametrize(
@@ -495,3 +510,47 @@ def test_a_streamed_answer_that_is_no_call_is_content():
     deltas = [c["choices"][0]["delta"] for c in _stream_answer(pieces) if c["choices"]]
     assert "".join(d.get("content") or "" for d in deltas) == "".join(pieces)
     assert not any("tool_calls" in d for d in deltas)
+
+
+TWO_CALLS = {
+    "tagged": [
+        "<tool_call>\n",
+        '{"name": "get_weather", "arguments": {"city": "Porto"}}',
+        "\n</tool_call>\n<tool_call>\n",
+        '{"name": "get_weather", "arguments": {"city": "Lyon"}}',
+        "\n</tool_call>",
+    ],
+    "bare": [
+        '{"name": "get_weather", "arguments": {"city": "Porto"}}\n',
+        '{"name": "get_weather", "arguments": {"city": "Lyon"}}',
+    ],
+}
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("pieces", list(TWO_CALLS.values()), ids=list(TWO_CALLS))
+def test_parallel_tool_calls_false_keeps_the_first_call_streamed_as_whole(pieces, parallel):
+    whole = _answer(stream=False, parallel=parallel).whole(_done(pieces))
+    whole_calls = [c["function"] for c in whole["choices"][0]["message"]["tool_calls"]]
+    assert len(whole_calls) == (2 if parallel else 1)
+
+    deltas = [c["choices"][0]["delta"] for c in _stream_answer(pieces, parallel=parallel) if c["choices"]]
+    streamed: dict[int, dict] = {}
+    for call in (d["tool_calls"][0] for d in deltas if "tool_calls" in d):
+        function = streamed.setdefault(call["index"], {"name": "", "arguments": ""})
+        function["name"] += call["function"].get("name", "")
+        function["arguments"] += call["function"]["arguments"]
+    assert [streamed[index] for index in sorted(streamed)] == whole_calls
+    assert json.loads(whole_calls[0]["arguments"]) == {"city": "Porto"}
+    assert not any(d.get("content") for d in deltas)
+
+
+def test_a_stream_parser_without_parallel_calls_sends_the_first_call_only():
+    text = hermes_call("search", {"q": "a"}) + "\n" + hermes_call("noop", {})
+    parser = StreamParser("hermes", TOOLS, parallel=False)
+    deltas = parser.feed(text) + parser.finish()
+    calls = [d.tool_call for d in deltas if d.tool_call is not None]
+    assert {call["index"] for call in calls} == {0}
+    assert [call["function"].get("name") for call in calls] == ["search", None]
+    assert len(parser.parsed.calls) == 2  # the parse itself still sees both
+    assert parser.finish_reason("stop") == "tool_calls"

@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edgespec.decoding.constrained import Constraint
-from edgespec.decoding.drafters import LOOKUP_DRAFTERS, GrammarDrafter
+from edgespec.decoding.drafters import AnswerSetup
 from edgespec.decoding.engine import Engine
+from edgespec.decoding.generation import StepProposals
 from edgespec.decoding.grammar import GrammarSpec
 from edgespec.runtime.model import Model, common_prefix
 
@@ -42,21 +43,18 @@ def lookup_runs(
     (copy, n-gram, reflow, and the grammar's where the answer has one), asked after
     answer[:i] (with ``prediction`` as the request's Predicted Output), proposes right.
     (Position 0, the token the prompt's prefill makes, is 0: no step drafts it.)"""
-    # the lookups auto chooses among, built as the engine builds them
-    drafters = {name: d for name, d in Engine(target).drafters.items() if name in LOOKUP_DRAFTERS}
+    # the lookups auto chooses among, built and asked as an answer's generation does
     constraint = Constraint(target, grammar) if grammar is not None else None
-    for drafter in drafters.values():
-        drafter.begin(prompt, prediction or [])
-        if isinstance(drafter, GrammarDrafter):
-            drafter.attach(constraint)
+    drafters = Engine(target).free_drafters(AnswerSetup(prompt, prediction or [], constraint))
     runs = [0] * len(answer)
     for i in range(1, len(answer)):
         context = prompt + answer[:i]
         if constraint is not None:
             constraint.commit(answer[i - 1 : i])
-        for drafter in drafters.values():
-            proposal, _ = drafter.lookup(context, min(longest, len(answer) - i))
-            runs[i] = max(runs[i], held_runs(proposal, answer, i))
+        proposals = StepProposals(drafters, context)
+        for name in drafters:
+            proposal = proposals.get(name, min(longest, len(answer) - i))
+            runs[i] = max(runs[i], held_runs(list(proposal.tokens), answer, i))
     return runs
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 from edgespec.bench.recording import Recording
 from edgespec.decoding.auto.tuning import DEFAULT
-from edgespec.decoding.drafters import LOOKUP_DRAFTERS
+from edgespec.decoding.drafters import AnswerSetup
 from edgespec.decoding.engine import Engine
+from edgespec.decoding.generation import StepProposals
 from edgespec.errors import run_reporting_errors
 from edgespec.runtime.model import Model, common_prefix
 
@@ -81,18 +82,18 @@ def measure(
     and their proposals that do are counted apart (as "ngram←prediction")."""
     holds = Holds()
     for rec in recordings:
-        drafters = {name: d for name, d in Engine(target).drafters.items() if name in LOOKUP_DRAFTERS}
-        drafters.pop("grammar", None)  # it proposes only under a schema, judged apart
-        for drafter in drafters.values():
-            drafter.begin(rec.prompt, (predictions or {}).get(rec.id, []))
+        # (no grammar: the grammar's drafter proposes only under a schema, judged apart)
+        setup = AnswerSetup(rec.prompt, (predictions or {}).get(rec.id, []))
+        drafters = Engine(target).free_drafters(setup)
         answer = rec.answer
         for i in range(1, len(answer)):
-            context = rec.prompt + answer[:i]
-            for name, drafter in drafters.items():
-                proposal, n = drafter.lookup(context, min(longest, len(answer) - i))
-                if proposal:
-                    source = f"{name}←prediction" if getattr(drafter, "from_prediction", False) else name
-                    holds.add(source, n, proposal, len(answer) - i, common_prefix(proposal, answer[i:]))
+            proposals = StepProposals(drafters, rec.prompt + answer[:i])
+            for name in drafters:
+                p = proposals.get(name, min(longest, len(answer) - i))
+                if p.tokens:
+                    tokens = list(p.tokens)
+                    source = f"{name}←prediction" if p.from_prediction else name
+                    holds.add(source, p.evidence, tokens, len(answer) - i, common_prefix(tokens, answer[i:]))
     return holds
 
 

@@ -315,7 +315,7 @@ def policy_for(label: str, state: PairState, engine: Engine) -> Policy:
         return make_policy(
             "auto",
             "auto",
-            loaded=engine.drafters.keys(),
+            loaded=engine.drafters,
             max_gamma=engine.max_gamma,
             pair_state=lambda: state,
         )

@@ -369,6 +369,43 @@ def require_llamacpp_tool(configs: list[Config], binary: Path | None) -> None:
         raise EdgespecError("the llama.cpp configurations need the tool: add --llamacpp [BINARY]")
 
 
+def _edgespec_run(
+    lm: EdgeSpec,
+    config: Config,
+    prompt: CorpusPrompt,
+    tokens: list[int],
+    repeat: int,
+    run_seed: int | None,
+    max_tokens: int,
+) -> Run:
+    """One answer of edgespec's own in ``config``, from empty caches (a full prefill, like a
+    new process), with its steps and accepted tokens counted per drafter."""
+    lm.target.reset()
+    if lm.draft is not None:
+        lm.draft.reset()
+    settings = settings_from(
+        temperature=config.temperature,
+        seed=run_seed,
+        verify=config.verify,
+        max_tokens=max_tokens,
+        **settings_extras(prompt),
+    )
+    steps: Counter = Counter()
+    accepted: Counter = Counter()
+    done = None
+    prediction = predicted_output(prompt) if config.predict else None
+    for event in lm.stream(
+        tokens, settings, drafter=config.drafter, gamma=config.gamma, prediction=prediction
+    ):
+        if isinstance(event, Step):
+            steps[event.drafter] += 1
+            accepted[event.drafter] += event.accepted
+        elif isinstance(event, Done):
+            done = event
+    assert done is not None
+    return Run.from_done(prompt, config, repeat, run_seed, done, steps, accepted)
+
+
 def run_benchmark(
     lm: EdgeSpec,
     prompts: list[CorpusPrompt],
@@ -398,34 +435,9 @@ def run_benchmark(
             if config in LLAMACPP:
                 assert llamacpp is not None  # checked above
                 run = _llamacpp_run(lm, llamacpp, config, prompt, repeat, max_tokens)
-                report.runs.append(run)
-                on_run(run)
-                continue
-            run_seed = seed + repeat if config.temperature else None
-            lm.target.reset()
-            if lm.draft is not None:
-                lm.draft.reset()
-            settings = settings_from(
-                temperature=config.temperature,
-                seed=run_seed,
-                verify=config.verify,
-                max_tokens=max_tokens,
-                **settings_extras(prompt),
-            )
-            steps: Counter = Counter()
-            accepted: Counter = Counter()
-            done = None
-            prediction = predicted_output(prompt) if config.predict else None
-            for event in lm.stream(
-                tokens, settings, drafter=config.drafter, gamma=config.gamma, prediction=prediction
-            ):
-                if isinstance(event, Step):
-                    steps[event.drafter] += 1
-                    accepted[event.drafter] += event.accepted
-                elif isinstance(event, Done):
-                    done = event
-            assert done is not None
-            run = Run.from_done(prompt, config, repeat, run_seed, done, steps, accepted)
+            else:
+                run_seed = seed + repeat if config.temperature else None
+                run = _edgespec_run(lm, config, prompt, tokens, repeat, run_seed, max_tokens)
             report.runs.append(run)
             on_run(run)
     report.peak_rss = peak_rss_bytes()

@@ -198,20 +198,7 @@ def run(args: argparse.Namespace) -> int:
     require_llamacpp_tool(configs, binary)
     if binary is not None and not any(c in LLAMACPP for c in configs):  # none named: all of them
         configs = with_baselines([*configs, *LLAMACPP])
-    pair = pair_for(args.regime, args.target, args.draft)
-    needs_draft = any(c.drafter in ("model", "auto") or c.label == "llama.cpp draft-simple" for c in configs)
-    lm = EdgeSpec(
-        pair.target,
-        pair.draft if needs_draft else None,
-        RuntimeOptions(
-            n_ctx=args.ctx,
-            threads=args.threads,
-            n_gpu_layers=args.n_gpu_layers,
-            n_gpu_layers_draft=args.n_gpu_layers_draft,
-            # As in `generate`: auto may draft a long copy in one verification.
-            max_gamma=max([DEFAULT_MAX_GAMMA] + [c.gamma for c in configs if isinstance(c.gamma, int)]),
-        ),
-    )
+    lm = load_pair(args, configs)
     print(f"edgespec bench: regime {args.regime}, split {args.split}, {len(prompts)} prompts × "
           f"{len(configs)} configurations × {args.repeats} repeats, {args.max_tokens} tokens")  # fmt: skip
     state = lm.controller_state()  # measured (or loaded) here, before the header and every run
@@ -230,19 +217,42 @@ def run(args: argparse.Namespace) -> int:
     )
     bars = print_report(report, regime=args.regime)
     if args.json:
-        record = {
-            "regime": args.regime,
-            "split": args.split,
-            "max_tokens": args.max_tokens,
-            "repeats": args.repeats,
-            "target": lm.target.name,
-            "draft": lm.draft.name if lm.draft else None,
-            **report.as_dict(),
-            "bars": [{"pass": ok, "text": text} for ok, text in bars],
-        }
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=1, ensure_ascii=False)
+        write_json(args.json, args, lm, report, bars)
     return 0
+
+
+def load_pair(args: argparse.Namespace, configs: list[Config]) -> EdgeSpec:
+    """The regime's pair; the draft model only where a configuration can use it."""
+    pair = pair_for(args.regime, args.target, args.draft)
+    needs_draft = any(c.drafter in ("model", "auto") or c.label == "llama.cpp draft-simple" for c in configs)
+    return EdgeSpec(
+        pair.target,
+        pair.draft if needs_draft else None,
+        RuntimeOptions(
+            n_ctx=args.ctx,
+            threads=args.threads,
+            n_gpu_layers=args.n_gpu_layers,
+            n_gpu_layers_draft=args.n_gpu_layers_draft,
+            # As in `generate`: auto may draft a long copy in one verification.
+            max_gamma=max([DEFAULT_MAX_GAMMA] + [c.gamma for c in configs if isinstance(c.gamma, int)]),
+        ),
+    )
+
+
+def write_json(path: str, args: argparse.Namespace, lm: EdgeSpec, report: Report, bars: list[Bar]) -> None:
+    """``--json``: the run's settings, its report and its bars, in one file."""
+    record = {
+        "regime": args.regime,
+        "split": args.split,
+        "max_tokens": args.max_tokens,
+        "repeats": args.repeats,
+        "target": lm.target.name,
+        "draft": lm.draft.name if lm.draft else None,
+        **report.as_dict(),
+        "bars": [{"pass": ok, "text": text} for ok, text in bars],
+    }
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1, ensure_ascii=False)
 
 
 def print_run(run: Run) -> None:
@@ -326,90 +336,138 @@ def bars(
     b = held_to
     out: list[Bar] = []
     undrafted = _undrafted(report)  # (the same for every category: read once)
-
-    def bar(ok: bool, text: str) -> None:
-        out.append((bool(ok), text))
-
     for category, cells in summary.items():
         cell = cells.get("auto")
         if cell is None:
             continue
-        r = cell.decode_ratio
-        bar(r >= b.auto, f"{category}: auto ×{_near(r, b.auto)} of target-only (geometric mean; "
-                         f"bar ≥ {b.auto:.2f})")  # fmt: skip
-        long_prompts = {
-            p: v
-            for p, v in cell.per_prompt.items()
-            if _min_tokens(report, p, "auto") >= b.min_tokens_per_prompt
-        }
-        low = {p: v for p, v in long_prompts.items() if v < b.auto_per_prompt}
-        for prompt, ratio in low.items():
-            runs = len(report.prompt_ratios(prompt, ALL_CONFIGS["auto"], "decode_tps"))
-            why = _SAME_WORK if len(undrafted.get(prompt, [])) == runs else ""
-            shown = _near(ratio, b.auto_per_prompt)
-            bar(False, f"{prompt}: auto ×{shown} of target-only (bar ≥ {b.auto_per_prompt:.2f} on every "
-                       f"prompt){why}")  # fmt: skip
-        if long_prompts and not low:
-            worst = min(long_prompts, key=lambda p: long_prompts[p])
-            n, worst_text = len(long_prompts), f"worst {worst} ×{long_prompts[worst]:.2f}"
-            bar(
+        out += _auto_bars(report, category, cell, b, undrafted)
+        if regime == "f16":
+            out += _f16_bars(category, cells, b)
+        out += _llamacpp_bars(category, cells, b)
+    out += _config_bars(summary, b)
+    out += _memory_bars(report, b)
+    return out
+
+
+def _bar(ok: bool, text: str) -> Bar:
+    return (bool(ok), text)
+
+
+def _auto_bars(
+    report: Report, category: str, cell: Cell, b: Bars, undrafted: dict[str, list[float]]
+) -> list[Bar]:
+    """Auto against target-only in one category: its geometric mean, every long enough
+    prompt, and the category's own floor."""
+    out: list[Bar] = []
+    r = cell.decode_ratio
+    out.append(_bar(r >= b.auto, f"{category}: auto ×{_near(r, b.auto)} of target-only (geometric mean; "
+                                 f"bar ≥ {b.auto:.2f})"))  # fmt: skip
+    long_prompts = {
+        p: v for p, v in cell.per_prompt.items() if _min_tokens(report, p, "auto") >= b.min_tokens_per_prompt
+    }
+    low = {p: v for p, v in long_prompts.items() if v < b.auto_per_prompt}
+    for prompt, ratio in low.items():
+        runs = len(report.prompt_ratios(prompt, ALL_CONFIGS["auto"], "decode_tps"))
+        why = _SAME_WORK if len(undrafted.get(prompt, [])) == runs else ""
+        shown = _near(ratio, b.auto_per_prompt)
+        out.append(_bar(False, f"{prompt}: auto ×{shown} of target-only (bar ≥ {b.auto_per_prompt:.2f} "
+                               f"on every prompt){why}"))  # fmt: skip
+    if long_prompts and not low:
+        worst = min(long_prompts, key=lambda p: long_prompts[p])
+        n, worst_text = len(long_prompts), f"worst {worst} ×{long_prompts[worst]:.2f}"
+        out.append(
+            _bar(
                 True,
                 f"{category}: auto ≥ {b.auto_per_prompt:.2f}× on all {n} prompts of ≥ "
                 f"{b.min_tokens_per_prompt} tokens ({worst_text})",
             )
-        floor = b.auto_by_category.get(category)
-        if floor is not None:
-            bar(r >= floor, f"{category}: auto ×{_near(r, floor)} (geometric mean; bar ≥ {floor:.2f})")
-        if regime == "f16":
-            # Target-only is a fixed configuration too: where every fixed draft loses (the
-            # draft model on chat, on a CPU whose F16 curve is not flat), the best fixed
-            # choice is not to draft, and auto is held to that.
-            fixed = {
-                label: c.decode_ratio
-                for label, c in cells.items()
-                if ALL_CONFIGS[label].fixed
-                and ALL_CONFIGS[label].temperature == 0
-                and ALL_CONFIGS[label] not in LLAMACPP
-            }
-            if fixed:
-                best = max(fixed, key=lambda label: fixed[label])
-                share = b.f16_share_of_best_fixed
-                bar(
-                    r >= share * fixed[best],
-                    f"{category}: auto ×{r:.2f} within {round(100 * (1 - share))} % of the best fixed "
-                    f"configuration ({best} ×{fixed[best]:.2f})",
-                )
-            floor = b.f16_auto_by_category.get(category)
-            if floor is not None:
-                bar(r >= floor, f"{category} (f16): auto ×{_near(r, floor)} (bar ≥ {floor:.2f})")
-        loops = {label: c for label, c in cells.items() if ALL_CONFIGS[label] in LLAMACPP}
-        if loops and category in b.llamacpp_categories:
-            best = max(loops, key=lambda label: loops[label].decode_ratio)
-            vs = r / loops[best].decode_ratio
-            floor = b.against_llamacpp
-            bar(vs >= floor, f"{category}: auto ×{_near(vs, floor)} of llama.cpp's best loop here ({best}; "
-                             f"geometric means; bar ≥ {floor:.2f})")  # fmt: skip
-            for prompt, ratio in cell.per_prompt.items():
-                theirs = {label: c.per_prompt[prompt] for label, c in loops.items() if prompt in c.per_prompt}
-                if theirs:
-                    top = max(theirs, key=lambda label: theirs[label])
-                    vs, floor = ratio / theirs[top], b.against_llamacpp_prompt
-                    bar(vs >= floor, f"{prompt}: auto ×{_near(vs, floor)} of llama.cpp's best loop on it "
-                                     f"({top}; bar ≥ {floor:.2f})")  # fmt: skip
+        )
+    floor = b.auto_by_category.get(category)
+    if floor is not None:
+        out.append(
+            _bar(r >= floor, f"{category}: auto ×{_near(r, floor)} (geometric mean; bar ≥ {floor:.2f})")
+        )
+    return out
+
+
+def _f16_bars(category: str, cells: dict[str, Cell], b: Bars) -> list[Bar]:
+    """With an F16 draft: auto against the best fixed configuration, and the category's
+    F16 floor."""
+    out: list[Bar] = []
+    r = cells["auto"].decode_ratio
+    # Target-only is a fixed configuration too: where every fixed draft loses (the draft
+    # model on chat, on a CPU whose F16 curve is not flat), the best fixed choice is not to
+    # draft, and auto is held to that.
+    fixed = {
+        label: c.decode_ratio
+        for label, c in cells.items()
+        if ALL_CONFIGS[label].fixed
+        and ALL_CONFIGS[label].temperature == 0
+        and ALL_CONFIGS[label] not in LLAMACPP
+    }
+    if fixed:
+        best = max(fixed, key=lambda label: fixed[label])
+        share = b.f16_share_of_best_fixed
+        out.append(
+            _bar(
+                r >= share * fixed[best],
+                f"{category}: auto ×{r:.2f} within {round(100 * (1 - share))} % of the best fixed "
+                f"configuration ({best} ×{fixed[best]:.2f})",
+            )
+        )
+    floor = b.f16_auto_by_category.get(category)
+    if floor is not None:
+        out.append(_bar(r >= floor, f"{category} (f16): auto ×{_near(r, floor)} (bar ≥ {floor:.2f})"))
+    return out
+
+
+def _llamacpp_bars(category: str, cells: dict[str, Cell], b: Bars) -> list[Bar]:
+    """Auto against llama.cpp's best speculative loop, over the category and per prompt
+    (only in the categories the bars name, and where llama.cpp's loops ran)."""
+    loops = {label: c for label, c in cells.items() if ALL_CONFIGS[label] in LLAMACPP}
+    if not loops or category not in b.llamacpp_categories:
+        return []
+    cell = cells["auto"]
+    best = max(loops, key=lambda label: loops[label].decode_ratio)
+    vs = cell.decode_ratio / loops[best].decode_ratio
+    floor = b.against_llamacpp
+    out = [_bar(vs >= floor, f"{category}: auto ×{_near(vs, floor)} of llama.cpp's best loop here "
+                             f"({best}; geometric means; bar ≥ {floor:.2f})")]  # fmt: skip
+    for prompt, ratio in cell.per_prompt.items():
+        theirs = {label: c.per_prompt[prompt] for label, c in loops.items() if prompt in c.per_prompt}
+        if theirs:
+            top = max(theirs, key=lambda label: theirs[label])
+            vs, floor = ratio / theirs[top], b.against_llamacpp_prompt
+            out.append(_bar(vs >= floor, f"{prompt}: auto ×{_near(vs, floor)} of llama.cpp's best loop on "
+                                         f"it ({top}; bar ≥ {floor:.2f})"))  # fmt: skip
+    return out
+
+
+def _config_bars(summary: dict[str, dict[str, Cell]], b: Bars) -> list[Bar]:
+    """Fixed configurations' own floors against target-only, per category."""
+    out: list[Bar] = []
     for label, floors in b.config_by_category.items():
         for category, floor in floors.items():
             cell = summary.get(category, {}).get(label)
             if cell is not None:
                 r = cell.decode_ratio
-                bar(r >= floor, f"{category}: {label} ×{_near(r, floor)} of target-only (bar ≥ {floor:.2f})")
-    if report.memory_budget:
-        ratio = report.peak_rss / report.memory_budget
-        bar(
+                text = f"{category}: {label} ×{_near(r, floor)} of target-only (bar ≥ {floor:.2f})"
+                out.append(_bar(r >= floor, text))
+    return out
+
+
+def _memory_bars(report: Report, b: Bars) -> list[Bar]:
+    """Peak memory against the model files and KV caches (where the report measured it)."""
+    if not report.memory_budget:
+        return []
+    ratio = report.peak_rss / report.memory_budget
+    return [
+        _bar(
             ratio <= b.peak_memory,
             f"peak memory {report.peak_rss / 1e9:.2f} GB = {ratio:.2f} × (model files + KV caches "
             f"{report.memory_budget / 1e9:.2f} GB) (bar ≤ {b.peak_memory:.2f})",
         )
-    return out
+    ]
 
 
 def print_bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "cpu") -> list[Bar]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
+import sys
 
 from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
 from edgespec.decoding.costs import (
@@ -131,7 +132,13 @@ def measure(args: argparse.Namespace) -> int:
         ),
     )
     try:
-        costs = load_or_measure(lm.target, lm.draft, lm.engine.max_gamma + 1, force=True)
+        costs = load_or_measure(
+            lm.target,
+            lm.draft,
+            lm.engine.max_gamma + 1,
+            force=True,
+            notify=lambda note: print(note, file=sys.stderr),
+        )
     finally:
         lm.close()
     print(f"measured: {costs.profile_path}")

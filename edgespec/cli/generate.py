@@ -19,8 +19,8 @@ from pathlib import Path
 from edgespec.api import EdgeSpec, RuntimeOptions, settings_from
 from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, MAX_GAMMA, check_choice
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
-from edgespec.decoding.engine import GenerationSettings
 from edgespec.decoding.events import Done, Token
+from edgespec.decoding.request import GenerationSettings
 from edgespec.errors import EdgespecError
 
 
@@ -343,17 +343,19 @@ def run_chat(args: argparse.Namespace) -> int:
         messages.append({"role": "user", "content": line})
         print("assistant> ", end="", flush=True)
         done = None
+        answer = None
         try:
-            for event in lm.stream(
-                messages, settings_from_args(args), drafter=args.drafter, gamma=args.gamma
-            ):
+            request = lm.request(messages, settings_from_args(args), drafter=args.drafter, gamma=args.gamma)
+            answer = lm.start(request)
+            for event in lm.events(answer):
                 if isinstance(event, Token):
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
                 elif isinstance(event, Done):
                     done = event
         except KeyboardInterrupt:
-            lm.stop()
+            if answer is not None:
+                answer.stop()
             print("\n[stopped]", file=sys.stderr)
             messages.pop()
             continue

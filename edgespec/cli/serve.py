@@ -14,10 +14,17 @@ import ipaddress
 import socket
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from edgespec.api import EdgeSpec
 from edgespec.cli.generate import add_model_flags, runtime_options
 from edgespec.errors import EdgespecError
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
+    from edgespec.server.app import ServerState
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: reachable from this machine only
 DEFAULT_PORT = 8080
@@ -76,43 +83,20 @@ def load(args: argparse.Namespace) -> EdgeSpec:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    if not 1 <= args.port <= 65535:
-        raise EdgespecError(f"port must be in 1..65535 (got {args.port})")
-    if args.ctx < 16:
-        raise EdgespecError(f"context length must be at least 16 tokens (got {args.ctx})")
-    if args.max_queue < 0:
-        raise EdgespecError(f"--max-queue must be >= 0 (got {args.max_queue})")
-    if args.threads is not None and args.threads < 1:
-        raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
-    if not args.api_key and not is_loopback(args.host):
-        print(f"edgespec: warning: serving on {args.host} without --api-key: anyone who can reach "
-              "this address can use the model", file=sys.stderr)  # fmt: skip
+    check_args(args)
 
     import uvicorn
 
-    from edgespec.server.app import ServerState, add_api_fallback, create_app
+    from edgespec.server.app import ServerState, create_app
 
     sock = bind(args.host, args.port)
     state = ServerState(api_key=args.api_key or None, max_queue=args.max_queue)
     app = create_app(state)
     shown = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{shown}:{args.port}"
-    lm: EdgeSpec | None = None
+    loaded: list[EdgeSpec] = []  # the pair, once loaded (the app needs it before serving)
     if args.ui:
-        import gradio
-
-        from edgespec.ui.layout import build_app
-
-        try:
-            lm = load(args)
-        except BaseException:
-            sock.close()
-            raise
-        state.attach(lm, shared=True)
-        # After the API routes, so that "/" catches only what they do not.
-        add_api_fallback(app)
-        gradio.mount_gradio_app(app, build_app(lm).queue(), path="/")
-        print(f"edgespec serve: chat app at {url}/", file=sys.stderr, flush=True)
+        loaded.append(mount_chat_app(app, state, args, sock, url))
 
     server = uvicorn.Server(
         uvicorn.Config(
@@ -126,26 +110,14 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     )
     failure: list[str] = []
-
-    def load_in_background() -> None:
-        nonlocal lm
-        try:
-            lm = load(args)
-        except EdgespecError as exc:
-            failure.append(str(exc))
-        except Exception as exc:
-            failure.append(f"loading failed: {type(exc).__name__}: {exc}")
-        if failure:
-            state.load_error = failure[0]
-            server.should_exit = True
-            return
-        state.attach(lm)
-        print(f"edgespec serve: ready, {lm.target.name} + {lm.draft.name if lm.draft else 'no draft'}",
-              file=sys.stderr, flush=True)  # fmt: skip
-
     print(f"edgespec serve: {url}/v1  (health: {url}/health, Ctrl-C to stop)", file=sys.stderr, flush=True)
-    if lm is None:
-        threading.Thread(target=load_in_background, name="edgespec-load", daemon=True).start()
+    if not loaded:
+        threading.Thread(
+            target=load_in_background,
+            args=(args, state, server, loaded, failure),
+            name="edgespec-load",
+            daemon=True,
+        ).start()
     try:
         server.run(sockets=[sock])
     finally:
@@ -153,8 +125,72 @@ def run_serve(args: argparse.Namespace) -> int:
         # Free llama.cpp only once no generation can touch it any more; a worker stuck
         # past the timeout is left to the process exit instead of a use-after-free.
         idle = state.queue.shutdown() if state.queue is not None else True
-        if lm is not None and idle:
-            lm.close()
+        if loaded and idle:
+            loaded[0].close()
     if failure:
         raise EdgespecError(failure[0])
     return 0
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """One line for a flag out of range; a warning for a public address without a key."""
+    if not 1 <= args.port <= 65535:
+        raise EdgespecError(f"port must be in 1..65535 (got {args.port})")
+    if args.ctx < 16:
+        raise EdgespecError(f"context length must be at least 16 tokens (got {args.ctx})")
+    if args.max_queue < 0:
+        raise EdgespecError(f"--max-queue must be >= 0 (got {args.max_queue})")
+    if args.threads is not None and args.threads < 1:
+        raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
+    if not args.api_key and not is_loopback(args.host):
+        print(f"edgespec: warning: serving on {args.host} without --api-key: anyone who can reach "
+              "this address can use the model", file=sys.stderr)  # fmt: skip
+
+
+def mount_chat_app(
+    app: FastAPI, state: ServerState, args: argparse.Namespace, sock: socket.socket, url: str
+) -> EdgeSpec:
+    """``--ui``: the pair loaded now (the app's page needs it; the socket is closed if it
+    cannot load), and the chat app mounted at "/" on the same engine."""
+    import gradio
+
+    from edgespec.server.app import add_api_fallback
+    from edgespec.ui.layout import build_app
+
+    try:
+        lm = load(args)
+    except BaseException:
+        sock.close()
+        raise
+    state.attach(lm)
+    # After the API routes, so that "/" catches only what they do not.
+    add_api_fallback(app)
+    gradio.mount_gradio_app(app, build_app(lm).queue(), path="/")
+    print(f"edgespec serve: chat app at {url}/", file=sys.stderr, flush=True)
+    return lm
+
+
+def load_in_background(
+    args: argparse.Namespace,
+    state: ServerState,
+    server: uvicorn.Server,
+    loaded: list[EdgeSpec],
+    failure: list[str],
+) -> None:
+    """The pair loaded while the server already answers ``/health`` with "loading": on
+    success appended to ``loaded`` and attached to ``state``; on failure its one line
+    appended to ``failure``, kept for ``/health``, and the server told to stop."""
+    try:
+        lm = load(args)
+    except EdgespecError as exc:
+        failure.append(str(exc))
+    except Exception as exc:
+        failure.append(f"loading failed: {type(exc).__name__}: {exc}")
+    if failure:
+        state.load_error = failure[0]
+        server.should_exit = True
+        return
+    loaded.append(lm)
+    state.attach(lm)
+    print(f"edgespec serve: ready, {lm.target.name} + {lm.draft.name if lm.draft else 'no draft'}",
+          file=sys.stderr, flush=True)  # fmt: skip

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from edgespec.decoding.drafters import AUTO, CHOICES, NONE, REGISTRY
 from edgespec.decoding.policy import FixedPolicy, Policy
-from edgespec.errors import EdgespecError
+from edgespec.errors import RequestError
 
 if TYPE_CHECKING:
     from edgespec.decoding.auto import PairState
@@ -22,20 +22,12 @@ DEFAULT_DRAFTER = AUTO
 DEFAULT_GAMMA: int | str = AUTO
 
 
-class ChoiceError(EdgespecError):
-    """A drafter or γ that cannot be used; ``param`` names the field at fault."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
-
-
 def parse_gamma(value: object) -> int | str:
     """γ as given on a command line or in a request body: 'auto' or a whole number."""
     if value == AUTO:
         return AUTO
     if isinstance(value, bool):
-        raise ChoiceError(f"gamma must be 'auto' or a whole number (got {value!r})", "gamma")
+        raise RequestError(f"gamma must be 'auto' or a whole number (got {value!r})", "gamma")
     if isinstance(value, int):
         return value
     if isinstance(value, str):
@@ -43,7 +35,7 @@ def parse_gamma(value: object) -> int | str:
             return int(value)
         except ValueError:
             pass
-    raise ChoiceError(f"gamma must be 'auto' or a whole number (got {value!r})", "gamma")
+    raise RequestError(f"gamma must be 'auto' or a whole number (got {value!r})", "gamma")
 
 
 def check_choice(
@@ -52,16 +44,16 @@ def check_choice(
     """(drafter, γ) validated: a known drafter, the draft model only where one is loaded,
     γ 'auto' or 0..max_gamma. Every refusal is one line naming the field."""
     if not isinstance(drafter, str) or drafter not in CHOICES:
-        raise ChoiceError(f"unknown drafter {drafter!r}; choose one of {', '.join(CHOICES)}", "drafter")
+        raise RequestError(f"unknown drafter {drafter!r}; choose one of {', '.join(CHOICES)}", "drafter")
     if drafter in REGISTRY and REGISTRY[drafter].kind == "model" and not has_draft:
-        raise ChoiceError(f"drafter '{drafter}' needs a draft model, and none is loaded", "drafter")
+        raise RequestError(f"drafter '{drafter}' needs a draft model, and none is loaded", "drafter")
     gamma = parse_gamma(gamma)
     if gamma != AUTO:
         assert isinstance(gamma, int)
         if gamma < 0:
-            raise ChoiceError(f"gamma must be 'auto' or from 0 to {max_gamma} (got {gamma})", "gamma")
+            raise RequestError(f"gamma must be 'auto' or from 0 to {max_gamma} (got {gamma})", "gamma")
         if gamma > max_gamma:
-            raise ChoiceError(
+            raise RequestError(
                 f"gamma {gamma} is more than the {max_gamma} tokens verified in one pass at most", "gamma"
             )
     return drafter, gamma

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgespec.errors import EdgespecError
+from edgespec.errors import RequestError
 
 DEFAULT_LAST_N = 64  # llama.cpp's default window
 
@@ -48,18 +48,26 @@ class Penalties:
         """Raise EdgespecError (one line, naming the OpenAI field) for a value out of range."""
         for name, value in (("presence_penalty", self.presence), ("frequency_penalty", self.frequency)):
             if not _finite(value) or not -2.0 <= value <= 2.0:
-                raise EdgespecError(f"{name} must be a number in [-2, 2] (got {value!r})")
+                raise RequestError(f"{name} must be a number in [-2, 2] (got {value!r})", name)
         if not _finite(self.repeat) or self.repeat <= 0:
-            raise EdgespecError(f"repeat_penalty must be a positive number (got {self.repeat!r})")
+            raise RequestError(
+                f"repeat_penalty must be a positive number (got {self.repeat!r})", "repeat_penalty"
+            )
         if isinstance(self.last_n, bool) or not isinstance(self.last_n, int) or self.last_n < -1:
-            raise EdgespecError(f"repeat_last_n must be an integer >= -1 (got {self.last_n!r})")
+            raise RequestError(
+                f"repeat_last_n must be an integer >= -1 (got {self.last_n!r})", "repeat_last_n"
+            )
         for token, bias in self.logit_bias:
             if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-                raise EdgespecError(f"logit_bias keys must be token ids (got {token!r})")
+                raise RequestError(f"logit_bias keys must be token ids (got {token!r})", "logit_bias")
             if n_vocab is not None and token >= n_vocab:
-                raise EdgespecError(f"logit_bias names token {token}, outside the vocabulary [0, {n_vocab})")
+                raise RequestError(
+                    f"logit_bias names token {token}, outside the vocabulary [0, {n_vocab})", "logit_bias"
+                )
             if not _finite(bias) or not -100.0 <= bias <= 100.0:
-                raise EdgespecError(f"logit_bias values must be numbers in [-100, 100] (got {bias!r})")
+                raise RequestError(
+                    f"logit_bias values must be numbers in [-100, 100] (got {bias!r})", "logit_bias"
+                )
 
 
 def _finite(value: object) -> bool:

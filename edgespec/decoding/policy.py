@@ -1,9 +1,10 @@
 """Who drafts and how much, decided before every step.
 
-A policy never sees the engine or its drafters: as an answer starts the engine calls
+A policy never sees the engine or its drafters: as an answer starts its generation calls
 ``begin``; before each step it hands the policy a ``StepView`` (the committed context, the
-token budget, the sampling parameters, and the lookups' proposals, gathered by the engine
-once per step and only when asked for), and after the step a ``StepOutcome``.
+token budget, the sampling parameters, and the free drafters' proposals as ``Proposal``
+values, computed once per step and only when asked for), and after the step a
+``StepOutcome``. A policy serves one answer.
 ``FixedPolicy`` always asks the same drafter for the same γ (the classic loop, and
 ``--drafter none`` for target-only baselines). The cost-aware ``AdaptivePolicy`` lives in
 ``edgespec.decoding.auto`` and implements the same calls. ``edgespec.decoding.choice``
@@ -12,26 +13,21 @@ turns a user's (drafter, γ) into one of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgespec.decoding.drafters import CHOICES, FIXED_CHOICES, NONE, Draft
+from edgespec.decoding.drafters import FIXED_CHOICES, NONE, Draft, Proposal
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.errors import EdgespecError
 
 UNIT_END, LINE_BREAK = 1, 2  # what StepView.boundaries says of a token (0: neither)
 
 
-def _nothing_proposed(name: str, max_tokens: int) -> tuple[list[int], int]:
-    return [], 0
+def _nothing_proposed(name: str, max_tokens: int) -> Proposal:
+    return Proposal(name)
 
 
-def _not_predicted(name: str) -> bool:
-    return False
-
-
-def _no_catch_up() -> int:
+def _no_catch_up(name: str) -> int:
     return 0
 
 
@@ -55,13 +51,11 @@ class StepView:
     # Where a copy tends to stop (or not): for each token, 0 if it ends no sentence or line,
     # 1 if it does, 2 if it also carries a line break (UNIT_END, LINE_BREAK).
     boundaries: Callable[[list[int]], list[int]] | None = None
-    # A lookup drafter's proposal for this step, up to max tokens: (tokens, matched length).
-    # The engine computes each at most once a step, and drafts the chosen one from it.
-    lookup: Callable[[str, int], tuple[list[int], int]] = _nothing_proposed
-    # Context tokens the draft model would decode before its first draft token.
-    draft_catch_up: Callable[[], int] = _no_catch_up
-    # Does a lookup's proposal (as last asked) copy the request's Predicted Output?
-    from_prediction: Callable[[str], bool] = _not_predicted
+    # A free drafter's proposal for this step, of at most the tokens asked: computed at
+    # most once a step, and drafted from as it is when the plan chooses it.
+    proposal: Callable[[str, int], Proposal] = _nothing_proposed
+    # Context tokens a drafter would decode before its first draft token.
+    catch_up: Callable[[str], int] = _no_catch_up
 
 
 @dataclass(frozen=True)
@@ -78,8 +72,6 @@ class StepOutcome:
 class Policy(Protocol):
     prefill_draft: bool  # prefill the draft model right after the first token
 
-    def check(self, drafters: Collection[str], max_gamma: int) -> None: ...
-
     def begin(self) -> None: ...
 
     def plan(self, view: StepView) -> Plan: ...
@@ -88,20 +80,13 @@ class Policy(Protocol):
 
 
 class FixedPolicy:
+    """Always the same drafter and γ (``decoding.choice`` checked them)."""
+
     def __init__(self, drafter: str, gamma: int):
-        if drafter not in FIXED_CHOICES:
-            raise EdgespecError(f"unknown drafter {drafter!r} (choose {', '.join(CHOICES)})")
-        if gamma < 0:
-            raise EdgespecError(f"gamma must be >= 0 (got {gamma})")
+        assert drafter in FIXED_CHOICES and gamma >= 0, (drafter, gamma)
         self.drafter = drafter if gamma > 0 else NONE
         self.gamma = gamma if drafter != NONE else 0
         self.prefill_draft = self.drafter == "model"
-
-    def check(self, drafters: Collection[str], max_gamma: int) -> None:
-        if self.drafter != "none" and self.drafter not in drafters:
-            raise EdgespecError(f"drafter '{self.drafter}' needs a draft model, and none is loaded")
-        if self.gamma > max_gamma:
-            raise EdgespecError(f"gamma {self.gamma} is larger than this engine allows ({max_gamma})")
 
     def begin(self) -> None:
         pass

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgespec.errors import EdgespecError
+from edgespec.errors import RequestError
 
 __all__ = [
     "SamplingParams",
@@ -60,20 +60,20 @@ class SamplingParams:
         """Raise EdgespecError (one line) if any field is out of range."""
         t = self.temperature
         if not _is_real(t) or math.isnan(t) or math.isinf(t):
-            raise EdgespecError(f"temperature must be a finite number (got {_fmt(t)})")
+            raise RequestError(f"temperature must be a finite number (got {_fmt(t)})", "temperature")
         if t < 0:
-            raise EdgespecError(f"temperature must be >= 0 (got {_fmt(t)})")
+            raise RequestError(f"temperature must be >= 0 (got {_fmt(t)})", "temperature")
         k = self.top_k
         if isinstance(k, bool) or not isinstance(k, int | np.integer):
-            raise EdgespecError(f"top_k must be an integer >= 0 (got {k!r})")
+            raise RequestError(f"top_k must be an integer >= 0 (got {k!r})", "top_k")
         if k < 0:
-            raise EdgespecError(f"top_k must be >= 0 (got {_fmt(k)})")
+            raise RequestError(f"top_k must be >= 0 (got {_fmt(k)})", "top_k")
         p = self.top_p
         if not _is_real(p) or not 0.0 < p <= 1.0:  # also rejects NaN
-            raise EdgespecError(f"top_p must be in (0, 1] (got {_fmt(p)})")
+            raise RequestError(f"top_p must be in (0, 1] (got {_fmt(p)})", "top_p")
         m = self.min_p
         if not _is_real(m) or not 0.0 <= m < 1.0:
-            raise EdgespecError(f"min_p must be in [0, 1) (got {_fmt(m)})")
+            raise RequestError(f"min_p must be in [0, 1) (got {_fmt(m)})", "min_p")
 
     @property
     def greedy(self) -> bool:

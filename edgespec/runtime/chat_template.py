@@ -26,6 +26,7 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from edgespec.errors import EdgespecError
+from edgespec.runtime.messages import normalise_messages
 from edgespec.runtime.model import Model
 
 # Used only when a GGUF carries no template: ChatML, which most small instruct models know.
@@ -34,8 +35,6 @@ CHATML = (
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-
-ROLES = ("system", "user", "assistant", "tool")
 
 
 def _raise(message: str) -> None:
@@ -64,70 +63,6 @@ def _compile(source: str):
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = _strftime_now
     return env.from_string(source)
-
-
-def _text(content: Any, role: str) -> str:
-    """A message's content as text: a string, nothing (an assistant turn that only calls
-    tools), or OpenAI's list of text parts."""
-    if isinstance(content, str):
-        return content
-    if content is None:
-        return ""
-    if isinstance(content, Sequence) and all(
-        isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
-    ):
-        return "".join(p["text"] for p in content)
-    raise EdgespecError(f"a {role} message's content must be text (a string or a list of text parts)")
-
-
-def _arguments(value: Any) -> Any:
-    """Tool-call arguments as the templates expect them: an object, not OpenAI's JSON
-    string (a string that is not a JSON object is passed on as it is)."""
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value
-        return parsed if isinstance(parsed, dict) else value
-    return value
-
-
-def _tool_call(call: Any) -> dict[str, Any]:
-    if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
-        raise EdgespecError("each tool call needs a function with a name and arguments")
-    function = dict(call["function"])
-    if not isinstance(function.get("name"), str) or not function["name"]:
-        raise EdgespecError("each tool call needs a function name")
-    function["arguments"] = _arguments(function.get("arguments", {}))
-    return {**call, "type": call.get("type", "function"), "function": function}
-
-
-def normalise_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Check chat messages and bring them to the shape templates read; one line for
-    anything a template could not render."""
-    out = []
-    for message in messages:
-        role = message.get("role") if isinstance(message, Mapping) else None
-        if role not in ROLES:
-            raise EdgespecError(
-                "each chat message needs a role (system, user, assistant, tool) and text content"
-            )
-        item = dict(message)
-        calls = item.get("tool_calls")
-        if calls is not None:
-            if role != "assistant" or not isinstance(calls, Sequence) or isinstance(calls, str):
-                raise EdgespecError("only an assistant message can carry tool_calls, as a list")
-            item["tool_calls"] = [_tool_call(c) for c in calls]
-            if not item["tool_calls"]:
-                del item["tool_calls"]
-        if item.get("content") is None and role not in ("assistant",):
-            raise EdgespecError(f"a {role} message needs text content")
-        item["content"] = _text(item.get("content"), role)
-        for key in ("tool_call_id", "name"):
-            if key in item and not isinstance(item[key], str):
-                raise EdgespecError(f"a message's {key} must be a string")
-        out.append(item)
-    return out
 
 
 def _check_tools(tools: Any) -> list[dict[str, Any]] | None:

@@ -33,7 +33,7 @@ from edgespec.runtime import system
 
 ROLLBACK_MODES = ("auto", "truncate", "snapshot")
 LOAD_MODE_READ = 0  # llama_load_mode NONE: read the file, no mmap
-_ABORTABLE_BATCH = 64  # decodes at least this long can be interrupted by abort()
+_ABORTABLE_BATCH = 64  # decodes at least this long stop at once when their answer is stopped
 
 
 # --- llama.cpp logging -----------------------------------------------------------------
@@ -157,8 +157,10 @@ class Model:
         self._snapshot: Snapshot | None = None
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
-        self._aborted = threading.Event()
-        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._aborted.is_set())
+        # The cancel token of the answer decoding on this model now (see ``listen``): a
+        # long decode stops when that answer is stopped, and no other answer's stop reaches it.
+        self._cancel = threading.Event()
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
         self._abort_armed = False
 
     # -- loading ------------------------------------------------------------------------
@@ -309,8 +311,8 @@ class Model:
         if n_outputs == 0:
             # Reading logits waits for the backend; nothing is read here, and a GPU backend
             # returns while its work is still queued. That work would then be billed to the
-            # next decode: on an H200, the cost profile's single-token pass (timed after a
-            # 4-token decode with no outputs) measured 4.7 ms where a step took 1.8 ms.
+            # next decode, and whatever times that decode (the cost profile) would price it
+            # far above what it costs in a step.
             llama_cpp.llama_synchronize(self._ctx)
             return np.empty((0, self.n_vocab), dtype=np.float32)
         ptr = llama_cpp.llama_get_logits(self._ctx)
@@ -327,7 +329,6 @@ class Model:
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = 0
             batch.logits[i] = i >= first_output
-        self._aborted.clear()
         self._arm_abort(n >= _ABORTABLE_BATCH)
         if crashguard.is_armed():  # skip even the formatting when nobody would read it
             crashguard.note(f"{self.name}: decoding {n} tokens at position {pos0}")
@@ -354,9 +355,11 @@ class Model:
             llama_cpp.llama_set_abort_callback(self._ctx, callback, ctypes.c_void_p(0))
             self._abort_armed = armed
 
-    def abort(self) -> None:
-        """Ask a decode running in another thread to stop at its next check."""
-        self._aborted.set()
+    def listen(self, cancel: threading.Event | None) -> None:
+        """Decodes from now on stop (``DecodeAborted``) once ``cancel`` is set: the token
+        of the answer that decodes on this model, handed over as it starts; None when no
+        answer does."""
+        self._cancel = cancel if cancel is not None else threading.Event()
 
     # -- rollback -----------------------------------------------------------------------
 
@@ -449,7 +452,7 @@ def common_prefix(a: list[int], b: list[int], limit: int | None = None) -> int:
 
 
 class DecodeAborted(Exception):
-    """A decode stopped because ``Model.abort`` was called (the Stop button)."""
+    """A decode stopped because the answer it decoded for was stopped (``Model.listen``)."""
 
 
 def _last_log_error() -> str:

@@ -1,14 +1,12 @@
 """Load llama.cpp's shared libraries before numpy's, in a process that will run a model.
 
-On an NVIDIA H200 machine (CUDA 13.0, driver 580, Intel Xeon with AMX, numpy 2.5.2), a
-CUDA build of llama.cpp crashed with SIGSEGV inside ``llama_model_load_from_file`` in every
-process that had imported numpy before ``llama_cpp`` (6 of 6 tries, whatever the load mode,
-OpenBLAS threads or extra buffer types), and in none that imported ``llama_cpp`` first (the
-same build, files and arguments). llama-cpp-python issue 1581 reports the same with pandas.
-A CPU build with numpy 2.5.5 loaded in either order. The cause was not found, so this runs
-before anything of ours imports numpy: in ``edgespec.decoding``'s package init, the first
-of our modules to import numpy, through which the CLI, the Python API, the app, the server
-and the benchmark all come (the set-up's smoke check imports no numpy before llama.cpp). A
+A CUDA build of llama.cpp can crash (SIGSEGV) inside ``llama_model_load_from_file`` in a
+process that imported numpy before ``llama_cpp``, and not in one that imported
+``llama_cpp`` first (llama-cpp-python issue 1581 reports the same with pandas; what was
+seen, and where, is in docs/gpu.md). The cause is unknown, so this runs before anything
+of ours imports numpy: in ``edgespec.decoding``'s package init, the first of our modules
+to import numpy, through which the CLI, the Python API, the app, the server and the
+benchmark all come (the set-up's smoke check imports no numpy before llama.cpp). A
 program that imports numpy, pandas or gradio before edgespec is on its own: import
 edgespec (or ``llama_cpp``) first. This module imports nothing else.
 """

@@ -52,10 +52,12 @@ class ServerState:
     def ready(self) -> bool:
         return self.queue is not None
 
-    def attach(self, lm: EdgeSpec, *, shared: bool = False) -> None:
-        """Serve ``lm`` from now on (its cost profile must already be measured)."""
+    def attach(self, lm: EdgeSpec) -> None:
+        """Serve ``lm`` from now on (its cost profile must already be measured). Another
+        front end (the mounted chat app) may generate on it too: each stops only its own
+        answers."""
         self.lm = lm
-        self.queue = EngineQueue(lm, self.max_queue, shared=shared)
+        self.queue = EngineQueue(lm, self.max_queue)
 
 
 def create_app(state: ServerState) -> FastAPI:

@@ -86,8 +86,8 @@ class Speculation:
     def as_dict(self, job: Job, done: Done) -> dict:
         s = done.stats
         return {
-            "drafter": job.drafter,
-            "gamma": job.gamma,
+            "drafter": job.request.drafter,
+            "gamma": job.request.gamma,
             "steps": sum(t["steps"] for t in self.drafters.values()),
             "drafted": s.drafted,
             "accepted": s.accepted,
@@ -163,13 +163,17 @@ class Answer:
         self.job = job
         self.piece = piece
         self.speculation = Speculation()
-        self.logprobs = job.settings.logprobs is not None
+        self.logprobs = job.request.settings.logprobs is not None
         self.tokens: list[Token] = []  # with log-probabilities, in a whole answer
         self.pending: list[Token] = []  # ... not yet sent, in a stream
         self.sent_chars = 0  # where the next completions chunk's text starts
         tools = job.tools
         self.calls = job.kind == "chat" and tools.tools is not None and tools.format != "none"
-        self.parser = toolcalls.StreamParser(tools.format, set(tools.names)) if self.calls else None
+        self.parser = (
+            toolcalls.StreamParser(tools.format, set(tools.names), parallel=tools.parallel)
+            if self.calls
+            else None
+        )
         # Models taught the Hermes format also call as a bare or fenced JSON object: an
         # answer that opens with "{" or "```" is held whole and read both ways at its end.
         self.lead: str | None = "" if self.calls and tools.format == "hermes" else None
@@ -232,7 +236,8 @@ class Answer:
             parsed = self._read(whole)
             if parsed.ok and parsed.calls:
                 deltas = [toolcalls.Delta(content=parsed.content)] if parsed.content else []
-                out += [self._delta(delta) for delta in deltas + toolcalls.call_deltas(parsed.calls)]
+                calls = toolcalls.kept_calls(parsed.calls, self.job.tools.parallel)
+                out += [self._delta(delta) for delta in deltas + toolcalls.call_deltas(calls)]
                 reason = parsed.finish_reason(reason)
             elif whole:
                 out.append(self._with_logprobs(chunk(self.job, text=whole)))
@@ -257,7 +262,7 @@ class Answer:
             if self.calls:
                 parsed = self._read(done.text)
                 if parsed.ok and parsed.calls:
-                    calls = parsed.calls if job.tools.parallel else parsed.calls[:1]
+                    calls = toolcalls.kept_calls(parsed.calls, job.tools.parallel)
                     message = {
                         "role": "assistant",
                         "content": parsed.content,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from edgespec.decoding.engine import MAX_TOP_LOGPROBS
 from edgespec.decoding.events import Token
 from edgespec.decoding.grammar import (
     GrammarError,
@@ -23,6 +22,7 @@ from edgespec.decoding.grammar import (
     json_object_grammar,
     schema_grammar,
 )
+from edgespec.decoding.request import MAX_TOP_LOGPROBS
 from edgespec.server.errors import bad_request
 
 

@@ -3,8 +3,9 @@
 A single worker thread owns the engine and takes jobs from a FIFO queue, so the order is
 arrival order by construction (a bare lock would let any waiter win). Each job's events
 are handed to the request's event loop as they come. A client that goes away cancels its
-job: a waiting job is skipped, a running one is stopped at its next step, and the engine
-moves on to the next job at once.
+job: a waiting job is skipped, a running one's answer is stopped at its next step (its
+own answer: a stop never reaches another front end's), and the engine moves on to the
+next job at once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from edgespec.api import EdgeSpec
 from edgespec.decoding.events import Done, Event
+from edgespec.decoding.generation import Generation
 from edgespec.server.schemas import Job
 
 
@@ -35,6 +37,7 @@ class Ticket:
     dropped: bool = False  # cancelled while waiting: no longer counted, skipped when its turn comes
     started: bool = False
     released: bool = False  # no longer holds a place: ended, dropped, or its Done was sent
+    answer: Generation | None = None  # the job's answer, once the worker made it
 
     def put(self, item: Event | Exception | None) -> None:
         # RuntimeError: the event loop is gone (server shutting down), nobody listens.
@@ -43,12 +46,9 @@ class Ticket:
 
 
 class EngineQueue:
-    def __init__(self, lm: EdgeSpec, max_waiting: int, *, shared: bool = False):
-        """``shared``: another front end (the mounted chat app) also generates on ``lm``,
-        so a stop may only be sent while this queue's job is known to hold the engine."""
+    def __init__(self, lm: EdgeSpec, max_waiting: int):
         self.lm = lm
         self.max_waiting = max_waiting
-        self.shared = shared
         self._jobs: queue.SimpleQueue[Ticket | None] = queue.SimpleQueue()
         self._guard = threading.Lock()
         self._waiting = 0
@@ -58,7 +58,6 @@ class EngineQueue:
         # not make the next client look like one too many.
         self._admitted = 0
         self._current: Ticket | None = None
-        self._holding = False  # the current job has seen an event: it holds lm.lock
         self._thread = threading.Thread(target=self._run, name="edgespec-engine", daemon=True)
         self._thread.start()
 
@@ -86,10 +85,8 @@ class EngineQueue:
                 ticket.dropped = True
                 self._waiting -= 1
                 self._release(ticket)
-            elif self._current is ticket and (self._holding or not self.shared):
-                # Stops a long prefill too; the worker repeats the stop at the next event
-                # in case this one came before the engine began (it clears the flag then).
-                self.lm.stop()
+            elif ticket.answer is not None:
+                ticket.answer.stop()  # stops a long prefill too
 
     def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop the running job, drop the waiting ones; True once the worker has ended."""
@@ -104,8 +101,8 @@ class EngineQueue:
         with self._guard:
             if self._current is not None:
                 self._current.cancelled.set()
-                if self._holding or not self.shared:
-                    self.lm.stop()
+                if self._current.answer is not None:
+                    self._current.answer.stop()
         self._jobs.put(None)
         self._thread.join(timeout)
         return not self._thread.is_alive()
@@ -122,7 +119,6 @@ class EngineQueue:
                 ticket.started = True
                 self._waiting -= 1
                 self._current = ticket
-                self._holding = False
             try:
                 if not ticket.cancelled.is_set():
                     self._generate(ticket)
@@ -131,7 +127,6 @@ class EngineQueue:
             finally:
                 with self._guard:
                     self._current = None
-                    self._holding = False
                     self._release(ticket)
                 ticket.put(None)
 
@@ -142,26 +137,16 @@ class EngineQueue:
             self._admitted -= 1
 
     def _generate(self, ticket: Ticket) -> None:
-        job = ticket.job
-        stopped = False
-        first = True
-        for event in self.lm.stream(
-            job.tokens, job.settings, drafter=job.drafter, gamma=job.gamma, prediction=job.prediction
-        ):
-            if first:  # an event came out: this generation holds lm.lock
-                first = False
-                with self._guard:
-                    self._holding = True
+        answer = self.lm.start(ticket.job.request)
+        with self._guard:
+            ticket.answer = answer
             if ticket.cancelled.is_set():
-                if not stopped and not isinstance(event, Done):
-                    self.lm.stop()  # we hold the engine: this stops our generation only
-                    stopped = True
-                continue  # drain to Done: the engine ends at its next step
+                answer.stop()
+        for event in self.lm.events(answer):
+            if ticket.cancelled.is_set():
+                continue  # drain to Done: the answer ends at its next step
             if isinstance(event, Done):
-                # The engine is about to be released: from here a stop could reach the
-                # next generation on it (the chat app's, with --ui), so none is sent. The
-                # place is freed before the client can see its answer and ask again.
+                # The place is freed before the client can see its answer and ask again.
                 with self._guard:
-                    self._holding = False
                     self._release(ticket)
             ticket.put(event)

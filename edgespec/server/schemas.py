@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgespec.api import EdgeSpec, settings_from
-from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, ChoiceError, check_choice
-from edgespec.decoding.engine import GenerationSettings
-from edgespec.errors import EdgespecError
+from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA
+from edgespec.decoding.request import Request
+from edgespec.errors import EdgespecError, RequestError
 from edgespec.server import fields
 from edgespec.server.errors import ApiError, bad_request
 from edgespec.server.tools import ToolSetup, parse_tools
@@ -90,7 +90,6 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "web_search_options": (None,),
     "service_tier": (None, "auto", "default"),
 }
-_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclass
@@ -98,11 +97,7 @@ class Job:
     """One validated request, ready for the engine."""
 
     kind: str  # "chat" or "text"
-    tokens: list[int]
-    settings: GenerationSettings
-    drafter: str
-    gamma: int | str
-    prediction: str | None
+    request: Request
     stream: bool
     include_usage: bool
     model: str
@@ -119,7 +114,6 @@ class Job:
 def parse_chat(body: Any, lm: EdgeSpec) -> Job:
     body = _object(body)
     _check_fields(body, _CHAT)
-    messages = _messages(body.get("messages"))
     if "max_completion_tokens" in body and body.get("max_completion_tokens") is not None:
         body = {**body, "max_tokens": body["max_completion_tokens"]}
         param = "max_completion_tokens"
@@ -127,7 +121,9 @@ def parse_chat(body: Any, lm: EdgeSpec) -> Job:
         param = "max_tokens"
     tools = parse_tools(body, lm.target.metadata("tokenizer.chat_template"), lm.target.name)
     try:
-        tokens = lm.prompt_tokens(messages, chat=True, tools=tools.tools)
+        tokens = lm.prompt_tokens(body.get("messages"), chat=True, tools=tools.tools)
+    except RequestError as exc:
+        raise bad_request(str(exc), exc.param) from None
     except EdgespecError as exc:
         raise bad_request(str(exc), "messages") from None
     return _job("chat", body, tokens, lm, max_tokens_param=param, tools=tools)
@@ -215,73 +211,6 @@ def _text_content(content: Any, param: str) -> str:
     raise bad_request(f"'{param}' must be a string or a list of text parts", param)
 
 
-def _tool_calls(value: Any, param: str) -> list[dict[str, Any]]:
-    """An assistant message's ``tool_calls``, as OpenAI clients send them back."""
-    if not isinstance(value, list):
-        raise bad_request(f"'{param}' must be a list of tool calls", param)
-    calls = []
-    for index, call in enumerate(value):
-        where = f"{param}[{index}]"
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise bad_request(
-                f"'{where}' must be {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}", param
-            )
-        arguments = function.get("arguments", "{}")
-        if not isinstance(arguments, str | dict):
-            raise bad_request(f"'{where}.function.arguments' must be a JSON string", param)
-        call_id = call.get("id", "")
-        if not isinstance(call_id, str):
-            raise bad_request(f"'{where}.id' must be a string", param)
-        calls.append(
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": function["name"], "arguments": arguments},
-            }
-        )
-    return calls
-
-
-def _messages(value: Any) -> list[dict[str, Any]]:
-    if value is None:
-        raise bad_request("'messages' is required", "messages")
-    if not isinstance(value, list):
-        raise bad_request("'messages' must be a list of messages", "messages")
-    if not value:
-        raise bad_request("'messages' is empty", "messages")
-    messages: list[dict[str, Any]] = []
-    for index, message in enumerate(value):
-        param = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise bad_request(f"'{param}' must be an object with 'role' and 'content'", param)
-        role = message.get("role")
-        if role not in _ROLES:
-            raise bad_request(f"'{param}.role' must be one of {', '.join(_ROLES)} (got {role!r})", param)
-        calls = message.get("tool_calls")
-        if calls and role != "assistant":
-            raise bad_request(f"'{param}.tool_calls': only an assistant message calls tools", param)
-        if role == "assistant" and calls and message.get("content") is None:
-            content = ""
-        else:
-            content = _text_content(message.get("content"), f"{param}.content")
-        # "developer" is OpenAI's newer name for the system role; chat templates know "system".
-        item: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": content}
-        if calls:
-            item["tool_calls"] = _tool_calls(calls, f"{param}.tool_calls")
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if not isinstance(call_id, str):
-                raise bad_request(f"'{param}.tool_call_id' must name the call this result answers", param)
-            item["tool_call_id"] = call_id
-        if isinstance(message.get("name"), str):
-            item["name"] = message["name"]
-        messages.append(item)
-    if not any(m["role"] == "user" and m["content"].strip() for m in messages):
-        raise bad_request("'messages' holds no user message with text", "messages")
-    return messages
-
-
 def _prediction(value: Any) -> str | None:
     if value is None:
         return None
@@ -308,15 +237,54 @@ def _job(
     max_tokens_param: str,
     tools: ToolSetup | None = None,
 ) -> Job:
+    """The request the body asks for, built by the one request builder (``lm.request``):
+    this module checks the wire format's types, the builder what the values mean."""
     tools = tools or ToolSetup()
     model = check_model(body.get("model"), lm)
-    n_ctx = lm.target.n_ctx
-    if len(tokens) >= n_ctx:
-        raise bad_request(
-            f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}; shorten it",
-            "messages" if kind == "chat" else "prompt",
-            "context_length_exceeded",
+    stream, include_usage = _stream_options(body)
+    # Without a limit the answer may fill what is left of the context.
+    max_tokens = _typed(body, max_tokens_param, _is_int, "an integer", lm.target.n_ctx - len(tokens))
+    try:
+        settings = settings_from(max_tokens=max_tokens, **_sampling(body, kind, lm, tools))
+        request = lm.request(
+            tokens,
+            settings,
+            drafter=_or(body, "drafter"),
+            gamma=_or(body, "gamma"),
+            prediction=_prediction(body.get("prediction")),
         )
+    except RequestError as exc:
+        raise _refusal(exc, kind, max_tokens_param) from None
+    except EdgespecError as exc:
+        raise bad_request(str(exc)) from None
+    return Job(
+        kind=kind,
+        request=request,
+        stream=stream,
+        include_usage=include_usage,
+        model=model,
+        tools=tools,
+    )
+
+
+def _or(body: dict, name: str) -> Any:
+    """edgespec's own drafting fields: absent means the default."""
+    value = body.get(name)
+    return (DEFAULT_DRAFTER if name == "drafter" else DEFAULT_GAMMA) if value is None else value
+
+
+def _refusal(exc: RequestError, kind: str, max_tokens_param: str) -> ApiError:
+    """A builder's refusal in the wire format's words: its field names, OpenAI's codes."""
+    param = exc.param
+    if param == "max_tokens":
+        param = max_tokens_param
+    elif param == "prompt" and kind == "chat":
+        param = "messages"
+    return bad_request(str(exc), param, exc.code)
+
+
+def _stream_options(body: dict) -> tuple[bool, bool]:
+    """(stream, include usage): one answer per request, streamed or whole."""
     n = _typed(body, "n", _is_int, "an integer", 1)
     if n != 1:
         raise bad_request(f"'n' must be 1: one answer per request (got {n})", "n", "unsupported_parameter")
@@ -327,16 +295,11 @@ def _job(
         raise bad_request("'stream_options.include_usage' must be true or false", "stream_options")
     if options and not stream:
         raise bad_request("'stream_options' is only allowed with 'stream': true", "stream_options")
+    return stream, include_usage
 
-    # Without a limit the answer may fill what is left of the context.
-    max_tokens = body.get(max_tokens_param)
-    if max_tokens is None:
-        max_tokens = n_ctx - len(tokens)
-    elif not _is_int(max_tokens):
-        raise bad_request(f"'{max_tokens_param}' must be an integer (got {max_tokens!r})", max_tokens_param)
-    elif max_tokens < 1:
-        raise bad_request(f"'{max_tokens_param}' must be at least 1 (got {max_tokens})", max_tokens_param)
 
+def _sampling(body: dict, kind: str, lm: EdgeSpec, tools: ToolSetup) -> dict[str, Any]:
+    """``settings_from`` keywords from the body's sampling, penalty and shaping fields."""
     stop = body.get("stop")
     if stop is None:
         stop = []
@@ -344,8 +307,8 @@ def _job(
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise bad_request("'stop' must be a non-empty string or a list of them", "stop")
-
     sampling = {
+        "stop": stop,
         "temperature": _typed(body, "temperature", _is_number, "a number", 0.0),
         "top_p": _typed(body, "top_p", _is_number, "a number", 1.0),
         "top_k": _typed(body, "top_k", _is_int, "an integer", 0),
@@ -354,7 +317,7 @@ def _job(
         "lenience": _typed(body, "lenience", _is_number, "a number", 1.0),
         "verify": _typed(body, "verify", lambda v: isinstance(v, str), "'token' or 'block'", "token"),
     }
-    if sampling["temperature"] > 2:
+    if sampling["temperature"] > 2:  # OpenAI's bound: the engine itself takes any
         raise bad_request(f"'temperature' must be in [0, 2] (got {sampling['temperature']})", "temperature")
     extras = fields.penalties(body, lm.target.n_vocab)
     extras["logprobs"] = fields.logprobs(body, kind)
@@ -365,32 +328,4 @@ def _job(
                 "a required tool call and 'response_format' cannot both shape the answer", "tool_choice"
             )
         grammar = tools.grammar
-    try:
-        settings = settings_from(max_tokens=max_tokens, stop=stop, grammar=grammar, **sampling, **extras)
-    except EdgespecError as exc:
-        raise bad_request(str(exc)) from None
-
-    drafter = body.get("drafter")
-    gamma = body.get("gamma")
-    try:
-        drafter, gamma = check_choice(
-            DEFAULT_DRAFTER if drafter is None else drafter,
-            DEFAULT_GAMMA if gamma is None else gamma,
-            has_draft=lm.draft is not None,
-            max_gamma=lm.engine.max_gamma,
-        )
-    except ChoiceError as exc:
-        raise bad_request(str(exc), exc.param) from None
-
-    return Job(
-        kind=kind,
-        tokens=tokens,
-        settings=settings,
-        drafter=drafter,
-        gamma=gamma,
-        prediction=_prediction(body.get("prediction")),
-        stream=stream,
-        include_usage=include_usage,
-        model=model,
-        tools=tools,
-    )
+    return {**sampling, **extras, "grammar": grammar}

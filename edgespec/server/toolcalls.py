@@ -159,6 +159,12 @@ def call_deltas(calls: list[ToolCall]) -> list[Delta]:
     return deltas
 
 
+def kept_calls(calls: list[ToolCall], parallel: bool) -> list[ToolCall]:
+    """The calls an answer returns: all of them, or with ``parallel_tool_calls: false``
+    only the first (whole or streamed alike)."""
+    return calls if parallel else calls[:1]
+
+
 def finish_reason(calls: list[ToolCall], reason: str) -> str:
     """``tool_calls`` when there are calls and generation stopped by itself, else
     ``reason`` (the caller's: ``stop`` or ``length``)."""
@@ -376,11 +382,14 @@ class StreamParser:
 
     ``feed`` returns the deltas the new text allows; ``finish`` the rest, once the
     answer is complete. After ``finish``, ``parsed`` holds ``parse``'s result.
+    ``parallel=False`` (a request's ``parallel_tool_calls: false``): ``finish`` sends the
+    first call only, as a whole answer keeps only its first.
     """
 
-    def __init__(self, fmt: str, allowed: set[str] | None = None) -> None:
+    def __init__(self, fmt: str, allowed: set[str] | None = None, *, parallel: bool = True) -> None:
         self.fmt = fmt
         self.allowed = allowed
+        self.parallel = parallel
         self.parsed: Parsed | None = None
         self._marker = _MARKERS.get(fmt)
         self._pieces: list[str] = []  # the whole answer so far
@@ -442,7 +451,7 @@ class StreamParser:
             rest = text[len(sent) :]
             return [Delta(content=rest)] if rest else []
         deltas = [Delta(content=content[len(sent) :])] if len(content) > len(sent) else []
-        return deltas + call_deltas(parsed.calls)
+        return deltas + call_deltas(kept_calls(parsed.calls, self.parallel))
 
     def finish_reason(self, reason: str) -> str:
         """After ``finish``: ``tool_calls`` or ``reason`` (see ``finish_reason``)."""

@@ -14,8 +14,8 @@ from typing import Any
 import gradio as gr
 
 from edgespec.api import EdgeSpec, settings_from
-from edgespec.decoding.engine import GenerationSettings
 from edgespec.decoding.events import Done
+from edgespec.decoding.request import GenerationSettings
 from edgespec.errors import EdgespecError
 from edgespec.ui.answer import AnswerRun
 from edgespec.ui.figures import gauge_figure, steps_figure
@@ -122,7 +122,7 @@ class ChatHandlers:
     def __init__(self, lm: EdgeSpec | None, load_error: str | None = None):
         self.lm = lm
         self.load_error = load_error or ("no model is loaded" if lm is None else None)
-        self.gate = EngineGate(lm) if lm is not None else None
+        self.gate = EngineGate() if lm is not None else None
 
     # -- chat ---------------------------------------------------------------------------
 
@@ -205,13 +205,15 @@ class ChatHandlers:
         )
         throttle = Throttle(UPDATE_INTERVAL_S)
         gauge_stale = False
-        session.live = settings  # the lenience slider mutates this while we run
         try:
-            stream = self.lm.stream(prompt, settings, drafter=plan[0], gamma=plan[1], chat=True)
-            with self.gate.hold(owner_of(request)), closing(stream) as events:
+            answer = self.lm.start(
+                self.lm.request(prompt, settings, drafter=plan[0], gamma=plan[1], chat=True)
+            )
+            session.live = answer.live  # the lenience slider changes it while we run
+            stream = self.lm.events(answer)
+            with self.gate.hold(owner_of(request), answer), closing(stream) as events:
                 for event in events:
                     step_complete = run.add(event)
-                    self.gate.enforce()
                     if session.epoch != epoch or isinstance(event, Done):
                         continue  # cleared: run out quietly (Clear already stopped us)
                     # A finished drafting step moves the gauge: always worth an update.
@@ -311,17 +313,18 @@ class ChatHandlers:
         assert session.last_prompt is not None and session.last_settings is not None
         assert session.last_run is not None and session.last_run.done is not None
         settings = settings_from(**session.last_settings)
-        with self.gate.hold(owner):
+        answer = self.lm.start(
+            self.lm.request(session.last_prompt, settings, drafter="none", gamma=0, chat=True)
+        )
+        with self.gate.hold(owner, answer):
             # Start from the cache the answer started from: right now it also holds the
             # answer's prompt, and reusing all of it would spare the baseline the prefill
             # the answer paid, flattering the baseline.
             with self.lm.lock:
                 self.lm.target.keep(session.last_run.done.stats.reused_tokens)
             done = None
-            stream = self.lm.stream(session.last_prompt, settings, drafter="none", gamma=0, chat=True)
-            with closing(stream) as events:
+            with closing(self.lm.events(answer)) as events:
                 for event in events:
-                    self.gate.enforce()
                     if isinstance(event, Done):
                         done = event
             return done
@@ -354,10 +357,10 @@ class ChatHandlers:
         ).values()
 
     def set_lenience(self, lenience: float, session: Session) -> None:
-        """A running generation reads its settings at every step: λ applies from the next."""
+        """A running answer reads its live lenience at every step: λ applies from the next."""
         live = session.live
-        if live is not None and lenience and lenience > 0:
-            live.lenience = float(lenience)
+        if live is not None and lenience and 0 < lenience <= 1:
+            live.set_lenience(lenience)
 
     def recolour(self, colour: bool, session: Session) -> str:
         session.colour = bool(colour)

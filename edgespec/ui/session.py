@@ -8,8 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgespec.api import EdgeSpec
-from edgespec.decoding.engine import GenerationSettings
+from edgespec.decoding.generation import Generation, LiveControl
 from edgespec.ui.answer import AnswerRun
 
 
@@ -26,7 +25,7 @@ class Session:
     last_prompt: list[dict[str, str]] | None = None  # what the latest answer answered
     last_settings: dict[str, Any] | None = None  # settings_from keywords of the latest answer
     baseline_rate: float | None = None  # target-only tokens/s, measured by the user's request
-    live: GenerationSettings | None = None  # the settings object a running generation reads
+    live: LiveControl | None = None  # the running answer's live control (the lenience slider)
     epoch: int = 0  # bumped by Clear: a generation from an older epoch must not write back
 
     def reset(self) -> None:
@@ -40,43 +39,35 @@ class Session:
 
 
 class EngineGate:
-    """Records which session is generating, so that Stop in one tab never ends another
-    tab's answer, and re-sends a Stop that arrived before the engine listened for it."""
+    """Which tab's answers are running or waiting for the one shared pair, so that Stop
+    in one tab ends that tab's answer (waiting or running) and never another's."""
 
-    def __init__(self, lm: EdgeSpec):
-        self._lm = lm
+    def __init__(self) -> None:
         self._mutex = threading.Lock()
-        self._owner: str | None = None
-        self._stop_requested = False
+        self._answers: dict[str, Generation] = {}
 
     @contextmanager
-    def hold(self, owner: str) -> Iterator[None]:
+    def hold(self, owner: str, answer: Generation) -> Iterator[None]:
+        """``answer`` is ``owner``'s from now until the block ends."""
         with self._mutex:
-            self._owner = owner
-            self._stop_requested = False
+            self._answers[owner] = answer
         try:
             yield
         finally:
             with self._mutex:
-                self._owner = None
-                self._stop_requested = False
+                if self._answers.get(owner) is answer:
+                    del self._answers[owner]
 
     def busy_for_other(self, owner: str) -> bool:
-        """Is somebody else's generation holding the engine?"""
-        current = self._owner
-        return current is not None and current != owner
+        """Is somebody else's answer running or waiting for the pair?"""
+        with self._mutex:
+            return any(other != owner for other in self._answers)
 
     def stop(self, owner: str) -> bool:
-        """End the running generation if ``owner`` started it."""
+        """End ``owner``'s answer, if it has one."""
         with self._mutex:
-            if self._owner is None or self._owner != owner:
-                return False
-            self._stop_requested = True
-        self._lm.stop()
+            answer = self._answers.get(owner)
+        if answer is None:
+            return False
+        answer.stop()
         return True
-
-    def enforce(self) -> None:
-        """Called at every event: the engine clears its cancel flag when it starts, so a
-        Stop pressed in that instant would otherwise be lost."""
-        if self._stop_requested:
-            self._lm.stop()

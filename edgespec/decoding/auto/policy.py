@@ -20,17 +20,27 @@ drafting after plain steps, where it is worth pricing (on a CPU it is noise arou
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from dataclasses import dataclass
 
 import numpy as np
 
 from edgespec.decoding.auto import pricing
 from edgespec.decoding.auto.pricing import Choice
-from edgespec.decoding.auto.state import AnswerState, OpenProposal, PairState, StepScratch
-from edgespec.decoding.auto.stats import HELD, PLAIN, PREDICTED, expected_tokens
+from edgespec.decoding.auto.state import AnswerState, ModelPrice, OpenProposal, PairState, StepScratch
+from edgespec.decoding.auto.stats import ANY_COPY, HELD, PREDICTED, expected_tokens
 from edgespec.decoding.drafters import LOOKUP_DRAFTERS
 from edgespec.decoding.policy import Plan, StepOutcome, StepView
-from edgespec.errors import EdgespecError
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Every option for a step, priced (plain decoding first); the lookup proposals priced
+    (to be judged against what the answer commits); and the draft model's price, where it
+    was priced."""
+
+    options: list[Choice]
+    opened: list[OpenProposal]
+    model: ModelPrice | None = None
 
 
 class AdaptivePolicy:
@@ -63,10 +73,6 @@ class AdaptivePolicy:
         self.answer = AnswerState(self.tuning)
         self.step = StepScratch()
 
-    def check(self, drafters: Collection[str], max_gamma: int) -> None:
-        if self.fixed_gamma is not None and self.fixed_gamma > max_gamma:
-            raise EdgespecError(f"gamma {self.fixed_gamma} is larger than this engine allows ({max_gamma})")
-
     def begin(self) -> None:
         """A new answer: fresh answer state, and the pair's evidence softened."""
         self.pair.begin_answer()
@@ -82,7 +88,12 @@ class AdaptivePolicy:
             # Nothing came near paying at the last plans (_note_idle): decode plainly.
             self.step = StepScratch()
             return Plan("none", 0, reason="idle")
-        options = self.choices(view)
+        priced = self.choices(view)
+        answer.open.extend(priced.opened)
+        if priced.model is not None:
+            answer.model_price = priced.model
+        price = answer.model_price
+        options = priced.options
         if self.fixed_gamma == 0 or not self.allowed:
             options = options[:1]
         # Drafting must beat plain decoding clearly: its estimates are noisy, and a wrong
@@ -92,7 +103,7 @@ class AdaptivePolicy:
         # its prompt (an edit) shows it within a few tokens, and then the lookups beat a
         # draft whose prompt prefill would already be paid.
         plain = options[0]
-        settling = answer.steps < t.settle_steps and answer.switch_s > 0.0 and not answer.draft_synced
+        settling = answer.steps < t.settle_steps and price.switch_s > 0.0 and not answer.draft_synced
         drafting = [
             c
             for c in options[1:]
@@ -101,12 +112,12 @@ class AdaptivePolicy:
             and not (settling and c.drafter == "model")
         ]
         best = max(drafting, key=lambda c: c.rate) if drafting else plain
-        best, exploring = self._trial(options, best, view)
+        best, exploring = self._trial(options, best, view, price)
         if best.drafter != "none":
             answer.last_used[best.drafter] = answer.steps
-        self._note_idle(plain, options)
+        self._note_idle(plain, options, price)
         reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
-        self.step = StepScratch(best, exploring, first_draft_s=answer.catch_up_s)
+        self.step = StepScratch(best, exploring, first_draft_s=price.catch_up_s)
         steering = best.drafter == "model" and self.fixed_gamma is None and not exploring
         keep_going = self._keep_going if steering else None
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
@@ -117,15 +128,13 @@ class AdaptivePolicy:
         again (a whole-file edit that starts with a sentence of its own)."""
         if "ngram" not in self.allowed:
             return False
-        _, n = view.lookup("ngram", 1)
-        if n >= self.tuning.waking_match:
+        if view.proposal("ngram", 1).evidence >= self.tuning.waking_match:
             self.answer.idle, self.answer.idle_until = 0, 0
             return True
         return False
 
-    def choices(self, view: StepView) -> list[Choice]:
-        """Every option for the next step, priced (plain decoding first). The lookups'
-        proposals priced here are kept to be judged against what the answer commits."""
+    def choices(self, view: StepView) -> Priced:
+        """Every option for the next step, priced; it changes nothing."""
         answer, t, costs = self.answer, self.tuning, self.costs
         budget = view.budget
         plain = pricing.plain_seconds(costs)
@@ -133,31 +142,45 @@ class AdaptivePolicy:
         risk = pricing.risk_budget(t, answer.saved_s, answer.tokens, plain)
         cap = min(budget, self.gamma_cap or budget)
         if cap <= 0:
-            return options
+            return Priced(options, [])
         verify_row = pricing.verify_seconds(costs, np.arange(1, cap + 1))  # γ = 1..cap
         return_s = self._return_cost()
-        proposals = {}
-        for name in LOOKUP_DRAFTERS:
-            if name in self.allowed:
-                proposal, n = view.lookup(name, cap)
-                if proposal:
-                    proposals[name] = (proposal, n)
-        firsts = [proposal[0] for proposal, _ in proposals.values()]
-        for name, (proposal, n) in proposals.items():
+        opened = self._open_proposals(view, cap)
+        for proposal in opened:
+            accept = self.stats.lookup[proposal.drafter].acceptance(
+                proposal.evidence,
+                len(proposal.tokens),
+                proposal.crossings,
+                proposal.agreement,
+                proposal.source,
+            )
+            calibration = answer.realized.calibration(proposal.drafter)
+            options.append(self._best(proposal.drafter, accept, verify_row, return_s, 0.0, calibration, risk))
+        model = None
+        if "model" in self.allowed:
+            model = self.model_price(view)
+            accept = np.full(cap, self.stats.model)
+            first = model.first + return_s
+            options.append(self._best("model", accept, verify_row, first, model.per_draft, 1.0, risk))
+        return Priced(options, opened, model)
+
+    def _open_proposals(self, view: StepView, cap: int) -> list[OpenProposal]:
+        """The allowed lookups' proposals for the step, with what their acceptance is
+        looked up by: where they break lines or sentences, whether they agree, where they
+        copy from."""
+        answer, t = self.answer, self.tuning
+        proposals = [view.proposal(name, cap) for name in LOOKUP_DRAFTERS if name in self.allowed]
+        proposals = [p for p in proposals if p.tokens]
+        firsts = [p.tokens[0] for p in proposals]
+        opened = []
+        for p in proposals:
             # Lookups that copy from different places, or blind to wrapping, and still
             # propose the same next token are right far more often than one alone.
-            agreement = min(firsts.count(proposal[0]) - 1, t.agreement_levels - 1)
-            crossings = pricing.crossings(view, proposal)
-            source = PREDICTED if view.from_prediction(name) else HELD if name in answer.held else PLAIN
-            answer.open.append(OpenProposal(name, n, proposal, crossings, agreement, source))
-            accept = self.stats.lookup[name].acceptance(n, len(proposal), crossings, agreement, source)
-            calibration = answer.realized.calibration(name)
-            options.append(self._best(name, accept, verify_row, return_s, 0.0, calibration, risk))
-        if "model" in self.allowed:
-            first, per_draft = self._price_catch_up(view)
-            accept = np.full(cap, self.stats.model)
-            options.append(self._best("model", accept, verify_row, first + return_s, per_draft, 1.0, risk))
-        return options
+            agreement = min(firsts.count(p.tokens[0]) - 1, t.agreement_levels - 1)
+            crossings = pricing.crossings(view, list(p.tokens))
+            source = PREDICTED if p.from_prediction else HELD if p.drafter in answer.held else ANY_COPY
+            opened.append(OpenProposal(p.drafter, p.evidence, p.tokens, crossings, agreement, source))
+        return opened
 
     def _best(
         self,
@@ -181,9 +204,9 @@ class AdaptivePolicy:
             plain_s=pricing.plain_seconds(self.costs),
         )
 
-    def _price_catch_up(self, view: StepView) -> tuple[float, float]:
-        """(the draft model's first decode as priced, one draft token): the catch-up it
-        must decode before drafting, and, where that is a prompt prefill, its share of it.
+    def model_price(self, view: StepView) -> ModelPrice:
+        """The draft model's price at this step: the catch-up it must decode before
+        drafting, and, where that is a prompt prefill, the step's share of it.
         The draft's first catch-up is its prompt prefill, paid once per answer: shared by
         the steps the answer has left, it does not hide for good a draft model that pays on
         every later step. An answer that has been making many tokens per step (a copy) has
@@ -191,16 +214,15 @@ class AdaptivePolicy:
         other steps, paid again at every return: shared only by the few model steps a
         return lasts."""
         answer, t = self.answer, self.tuning
-        catch_up = view.draft_catch_up()
-        first = self.costs.draft.estimate(catch_up)
-        answer.catch_up_s = first
+        catch_up = view.catch_up("model")
+        catch_up_s = first = self.costs.draft.estimate(catch_up)
         per_draft = self.costs.draft.estimate(1)
-        answer.switch_s = max(first - per_draft, 0.0) if catch_up > t.prefill_batch else 0.0
-        if answer.switch_s > 0.0:
+        switch_s = max(first - per_draft, 0.0) if catch_up > t.prefill_batch else 0.0
+        if switch_s > 0.0:
             steps_left = max(view.remaining / max(answer.pace(), self._model_pace), 1.0)
             horizon = min(steps_left, t.return_steps) if answer.draft_synced else steps_left
-            first = per_draft + answer.switch_s / horizon
-        return first, per_draft
+            first = per_draft + switch_s / horizon
+        return ModelPrice(first, per_draft, catch_up_s, switch_s)
 
     def _return_cost(self) -> float:
         """Seconds a drafting step that follows plain steps will cost the plain steps after
@@ -210,7 +232,9 @@ class AdaptivePolicy:
         excess = sum(self.pair.return_excess)
         return excess if excess > self.tuning.return_significant * self.costs.target.estimate(1) else 0.0
 
-    def _trial(self, options: list[Choice], best: Choice, view: StepView) -> tuple[Choice, bool]:
+    def _trial(
+        self, options: list[Choice], best: Choice, view: StepView, price: ModelPrice
+    ) -> tuple[Choice, bool]:
         """A drafter that is never chosen is never measured: the draft model is tried early
         for a few steps, and now and then later, while its best case could beat the choice.
         (Lookup proposals are judged for free at every step anyway.)"""
@@ -223,14 +247,18 @@ class AdaptivePolicy:
                 answer.steps >= t.settle_steps and not answer.draft_synced
             )
             due = answer.steps - answer.last_used.get(name, 0) >= answer.explore_every
-            if (early or due) and self._could_win(best, view.remaining) and self._affordable_trial():
+            if (
+                (early or due)
+                and self._could_win(best, view.remaining, price)
+                and self._affordable_trial(price)
+            ):
                 # A trial drafts a fixed γ with no early stop: cut short by a pessimistic
                 # calibration it would only confirm that the draft's first token is right.
                 gamma = max(1, min(t.trial_gamma, view.budget, self.gamma_cap or t.trial_gamma))
                 return Choice(name, gamma, option.rate, option.expected, option.seconds), True
         return best, False
 
-    def _affordable_trial(self) -> bool:
+    def _affordable_trial(self, price: ModelPrice) -> bool:
         """What a trial risks is what the answer so far can repay: its switch (the draft
         reading the prompt) and what its step costs beyond a plain step where its first
         token fails must fit in the answer's risk budget (what drafting saved in it, plus
@@ -238,11 +266,11 @@ class AdaptivePolicy:
         that only a long answer could repay does not run in a short one."""
         answer, t, costs = self.answer, self.tuning, self.costs
         plain = pricing.plain_seconds(costs)
-        step_s = pricing.trial_seconds(t, costs, answer.catch_up_s, answer.switch_s)
-        risk = answer.switch_s + step_s - plain
+        step_s = pricing.trial_seconds(t, costs, price.catch_up_s, price.switch_s)
+        risk = price.switch_s + step_s - plain
         return risk <= pricing.risk_budget(t, answer.saved_s, answer.tokens, plain, t.trial_risk_tokens)
 
-    def _note_idle(self, plain: Choice, options: list[Choice]) -> None:
+    def _note_idle(self, plain: Choice, options: list[Choice], price: ModelPrice) -> None:
         """Count plans in a row where no drafting option came within ``idle_ratio`` of
         plain decoding; after n ≥ 2 of them, the next min(2^(n-2), max_idle) steps skip
         planning. (The draft's best case is priced only where the lookups are out of the
@@ -250,7 +278,7 @@ class AdaptivePolicy:
         answer, t = self.answer, self.tuning
         closest = max((c.rate for c in options[1:]), default=0.0)
         if closest < plain.rate * t.idle_ratio and not (
-            "model" in self.allowed and self._best_case_rate() > plain.rate
+            "model" in self.allowed and self._best_case_rate(price) > plain.rate
         ):
             answer.idle += 1
             if answer.idle >= 2:
@@ -258,20 +286,20 @@ class AdaptivePolicy:
         else:
             answer.idle = 0
 
-    def _could_win(self, best: Choice, remaining: int) -> bool:
+    def _could_win(self, best: Choice, remaining: int, price: ModelPrice) -> bool:
         """Is a trial of the draft model worth its price? Its steps must beat ``best`` at
         near-perfect acceptance, and what that would save over the rest of the answer must
         outweigh the switch (the catch-up: the prompt, the first time) at ``trial_odds``:
         the switch is paid for sure, the saving only if the draft turns out to pay. Where
         the draft reads a prompt in a blink (a GPU) trials always pass; a long prompt for a
         short answer on a CPU is not worth the gamble."""
-        optimistic = self._best_case_rate()
+        optimistic = self._best_case_rate(price)
         if optimistic <= best.rate:
             return False
         saving = remaining * (1.0 / best.rate - 1.0 / optimistic)
-        return saving > self.tuning.trial_odds * self.answer.switch_s
+        return saving > self.tuning.trial_odds * price.switch_s
 
-    def _best_case_rate(self) -> float:
+    def _best_case_rate(self, price: ModelPrice) -> float:
         """A trial's step of the draft model at its best case. Before the draft has drafted
         in this answer (and in the first trials ever) that is a near-perfect draft: this
         answer's text may suit it far better than the last one's. After that, what it
@@ -280,7 +308,7 @@ class AdaptivePolicy:
         best_case = t.optimistic
         if answer.draft_synced and self.stats.model_steps >= t.early_trials:
             best_case = min(t.optimistic, self.stats.model_upper(t.trial_doubt))
-        return pricing.trial_rate(t, self.costs, best_case, answer.catch_up_s, answer.switch_s)
+        return pricing.trial_rate(t, self.costs, best_case, price.catch_up_s, price.switch_s)
 
     def _keep_going(self, i: int, confidence: float) -> bool:
         """Draft token i (0-based) has confidence ``confidence``: include it? Token 0 always
@@ -380,7 +408,7 @@ class AdaptivePolicy:
                 hit = proposal.tokens[proposal.judged] == token
                 crossing = proposal.crossings is not None and bool(proposal.crossings[proposal.judged])
                 self.stats.lookup[proposal.drafter].observe(
-                    proposal.match_len + proposal.judged,
+                    proposal.evidence + proposal.judged,
                     hit,
                     crossing=crossing,
                     agreement=proposal.agreement,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,11 +32,20 @@ class PairState:
 
     @classmethod
     def prepare(
-        cls, target: Model, draft: Model | None, k_max: int, *, quiet: bool = False, tuning: Tuning = DEFAULT
+        cls,
+        target: Model,
+        draft: Model | None,
+        k_max: int,
+        *,
+        quiet: bool = False,
+        tuning: Tuning = DEFAULT,
+        notify: Callable[[str], None] | None = None,
     ) -> PairState:
         """Costs from the profile kept on disk for this pair and machine when it can be
-        trusted, else measured now (a progress bar unless ``quiet``)."""
-        return cls(load_or_measure(target, draft, k_max, quiet=quiet), tuning)
+        trusted, else measured now (a progress bar unless ``quiet``). ``notify`` receives
+        the measurement's notes for the user (why a profile is measured again, a busy
+        machine) unless ``quiet``: the front end decides where they go."""
+        return cls(load_or_measure(target, draft, k_max, quiet=quiet, notify=notify), tuning)
 
     def begin_answer(self) -> None:
         """A new answer starts: only a share of the drafters' evidence carries into it."""
@@ -50,16 +60,29 @@ class PairState:
         return sizes
 
 
+@dataclass(frozen=True)
+class ModelPrice:
+    """The draft model's price at a step, as ``AdaptivePolicy.model_price`` computes it."""
+
+    first: float = 0.0  # its first decode as priced (a prompt prefill: this step's share)
+    per_draft: float = 0.0  # one draft token
+    catch_up_s: float = 0.0  # the whole catch-up it must decode before drafting
+    switch_s: float = 0.0  # of that, the switch (a prompt prefill); 0 for a short catch-up
+
+
+NOT_PRICED = ModelPrice()
+
+
 @dataclass
 class OpenProposal:
     """A lookup proposal, used or not, judged token by token against the committed text."""
 
     drafter: str
-    match_len: int
-    tokens: list[int]
+    evidence: int  # see drafters.Proposal.evidence
+    tokens: tuple[int, ...]
     crossings: np.ndarray | None = None  # token i follows a sentence or line end
     agreement: int = 0  # 1: another lookup proposed the same first token
-    source: int = 0  # PLAIN, HELD (a copy by its drafter held long in this answer), PREDICTED
+    source: int = 0  # ANY_COPY, HELD (a copy by its drafter held long in this answer), PREDICTED
     judged: int = 0
 
 
@@ -74,9 +97,7 @@ class AnswerState:
     tokens: int = 0  # tokens and target passes so far
     passes: int = 0
     draft_synced: bool = False  # the draft model has drafted (so read its prompt)
-    # The draft model's catch-up and, of it, the switch (a prompt prefill), as last priced.
-    catch_up_s: float = 0.0
-    switch_s: float = 0.0
+    model_price: ModelPrice = field(default_factory=lambda: NOT_PRICED)  # as last priced
     # Steps between trials: every trial pays a catch-up, so one whose draft failed at once
     # makes the next wait twice as long (a translation the draft cannot do).
     explore_every: int = 0

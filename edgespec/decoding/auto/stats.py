@@ -16,7 +16,7 @@ import numpy as np
 from edgespec.decoding.auto.tuning import DEFAULT, Tuning, measured_acceptance
 from edgespec.decoding.drafters import LOOKUP_DRAFTERS
 
-PLAIN, HELD, PREDICTED = 0, 1, 2  # where a lookup's proposal comes from (LookupStats)
+ANY_COPY, HELD, PREDICTED = 0, 1, 2  # where a lookup's proposal comes from (LookupStats)
 SOURCES = 3
 
 
@@ -68,7 +68,7 @@ class LookupStats:
     stops at a boundary exactly when the answer keeps leaving the source there.
 
     Evidence is kept apart by level: whether another lookup proposes the same first token
-    (``agreement``), and where the proposal comes from (``source``): any copy (``PLAIN``);
+    (``agreement``), and where the proposal comes from (``source``): any copy (``ANY_COPY``);
     a drafter one of whose copies held long earlier in the answer (``HELD``: an answer that
     follows its source at length, lifted sentences or an edited file, goes on doing so
     after a break far more often than one that copied a phrase); or the request's
@@ -117,7 +117,7 @@ class LookupStats:
         *,
         crossing: bool = False,
         agreement: int = 0,
-        source: int = PLAIN,
+        source: int = ANY_COPY,
     ) -> None:
         t = self.tuning
         if crossing:
@@ -130,7 +130,7 @@ class LookupStats:
         self.hits[level, b] = t.decay * self.hits[level, b] + hit
         self.seen[level, b] = t.decay * self.seen[level, b] + 1
         self._estimates[level] = None
-        if source == PLAIN:  # the other sources start from the plain level's evidence
+        if source == ANY_COPY:  # the other sources start from the first level's evidence
             for other in range(1, SOURCES):
                 self._estimates[self.level(agreement, other)] = None
             self._means[agreement] = None
@@ -203,13 +203,13 @@ class LookupStats:
 
     def acceptance(
         self,
-        match_len: int,
+        evidence: int,
         length: int,
         crossings: np.ndarray | None = None,
         agreement: int = 0,
-        source: int = PLAIN,
+        source: int = ANY_COPY,
     ) -> np.ndarray:
-        buckets = self.buckets.from_[min(match_len, self.buckets.longest), :length]
+        buckets = self.buckets.from_[min(evidence, self.buckets.longest), :length]
         if length > len(buckets):  # longer than any bucket edge: the rest is in the last
             buckets = np.concatenate((buckets, np.full(length - len(buckets), self.buckets.of[-1])))
         accept = self.estimates(self.level(agreement, source))[buckets]

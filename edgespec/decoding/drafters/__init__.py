@@ -2,9 +2,9 @@
 file per method (listing this folder lists them). ``base`` holds the interface every
 drafter implements; ``registry`` the one list of them (``REGISTRY``)."""
 
-from edgespec.decoding.drafters.base import Draft, Drafter, DraftRequest, LookupDrafter
+from edgespec.decoding.drafters.base import AnswerSetup, Draft, Drafter, DraftRequest, LookupDrafter, Proposal
 from edgespec.decoding.drafters.copy import CopyDrafter
-from edgespec.decoding.drafters.grammar import GrammarDrafter, GrammarGuide
+from edgespec.decoding.drafters.grammar import ForcedText, GrammarDrafter, GrammarGuide
 from edgespec.decoding.drafters.model import ModelDrafter
 from edgespec.decoding.drafters.ngram import NgramDrafter
 from edgespec.decoding.drafters.reflow import ReflowDrafter
@@ -29,15 +29,18 @@ __all__ = [
     "NONE",
     "NONE_COLOUR",
     "REGISTRY",
+    "AnswerSetup",
     "CopyDrafter",
     "Draft",
     "DraftRequest",
     "Drafter",
     "DrafterSpec",
+    "ForcedText",
     "GrammarDrafter",
     "GrammarGuide",
     "LookupDrafter",
     "ModelDrafter",
     "NgramDrafter",
+    "Proposal",
     "ReflowDrafter",
 ]

@@ -1,22 +1,67 @@
-"""What every drafter shares: the proposal (``Draft``), the request, the ``Drafter``
+"""What every drafter shares: what it is given as an answer starts (``AnswerSetup``), a
+free proposal (``Proposal``), a draft (``Draft``) and its request, the ``Drafter``
 interface, and the base of the draftless lookup drafters.
 
-The interface is deliberately tiny (as in llama.cpp's common/speculative): ``propose``
-gets the committed context and a token budget and returns a ``Draft``. A drafter keeps
-whatever state it needs (a KV cache, an n-gram index) and brings it up to date with the
-context itself, so the engine never has to tell it what was accepted.
+The interface is small (as in llama.cpp's common/speculative) and explicit: every drafter
+begins an answer, proposes for a step, says what it must decode before it can propose
+(``catch_up_tokens``) and may read the context ahead of time (``prefill``); a free drafter
+also answers ``proposal``, which the engine hands the policy as data. What a drafter may
+need (a draft model, the answer's grammar, a predicted output) its ``DrafterSpec``
+declares. A drafter instance serves one answer. It keeps whatever state it needs (a KV
+cache, an n-gram index) and brings it up to date with the committed context it is given
+at every call: accepting and rolling back are that context, so the engine never has to
+tell a drafter what was accepted.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from edgespec.decoding.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from edgespec.decoding.constrained import Constraint
+
+
+@dataclass(frozen=True)
+class AnswerSetup:
+    """What every drafter of an answer is given as the answer starts."""
+
+    prompt: list[int]
+    # The answer the client expects (OpenAI's Predicted Outputs; empty when none was given).
+    prediction: list[int] = field(default_factory=list)
+    # The grammar the answer follows, in step with the committed text (None: no grammar).
+    constraint: Constraint | None = None
+    # Set when the answer is stopped: a drafter's long decode stops with it.
+    cancel: threading.Event = field(default_factory=threading.Event)
+    clock: Callable[[], float] = time.perf_counter  # what durations are read off
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A free drafter's proposal for one step, as the engine hands it to the policy."""
+
+    drafter: str
+    tokens: tuple[int, ...] = ()
+    # How much evidence is behind it, in tokens: the matched suffix of a copy, the forced
+    # run that opens a grammar's proposal. The controller keeps acceptance by this.
+    evidence: int = 0
+    from_prediction: bool = False  # it copies the request's predicted output
+    asked: int = 0  # the most tokens that were asked for
+
+    def first(self, n: int) -> Proposal:
+        """The same proposal cut to its first ``n`` tokens."""
+        return (
+            self
+            if len(self.tokens) <= n
+            else Proposal(self.drafter, self.tokens[:n], self.evidence, self.from_prediction, self.asked)
+        )
 
 
 @dataclass
@@ -30,7 +75,7 @@ class Draft:
     confidences: list[float] = field(default_factory=list)
     seconds: float = 0.0  # llama.cpp time spent drafting
     catch_up: int = 0  # context tokens the drafter had to decode before drafting
-    match_len: int = 0  # n-gram drafter: length of the matched suffix
+    evidence: int = 0  # a free drafter's: see Proposal.evidence
     decodes: list[tuple[int, float]] = field(default_factory=list)  # (batch size, seconds) per decode
 
     def truncate(self, n: int) -> None:
@@ -55,25 +100,29 @@ class DraftRequest:
     # tokens drafted so far in this step: the target's penalties and biases, so that the
     # draft proposes what the penalized target would.
     transform: Callable[[np.ndarray, list[int]], np.ndarray] | None = None
-    # Greedy drafting under a grammar: the draft token from a row, with the tokens drafted
-    # so far in this step (the highest-scoring one the grammar allows), so that a draft
-    # model never spends its draft on a token the target would be refused.
-    choose: Callable[[np.ndarray, list[int]], int] | None = None
-    # ... and the tokens the grammar forces after the drafted ones (at most the given
-    # number), drafted whole where it forces any.
-    forced: Callable[[list[int], int], list[int]] | None = None
 
 
 class Drafter(Protocol):
     name: str
-    clock: Callable[[], float]  # what durations are read off (the engine's clock)
 
-    def begin(self, prompt: list[int], prediction: list[int]) -> None:
-        """A new generation starts from ``prompt``; ``prediction`` is the answer the
-        client expects (OpenAI's Predicted Outputs; empty when none was given)."""
+    def begin(self, setup: AnswerSetup) -> None:
+        """The answer starts (called once, before any other call)."""
+        ...
+
+    def proposal(self, context: list[int], max_tokens: int) -> Proposal:
+        """A free drafter's proposal for the next step (a drafter that costs a model call
+        proposes nothing here: it drafts only when asked to, in ``propose``)."""
         ...
 
     def propose(self, context: list[int], request: DraftRequest) -> Draft: ...
+
+    def catch_up_tokens(self, context: list[int]) -> int:
+        """Context tokens ``propose`` would decode before its first draft token."""
+        ...
+
+    def prefill(self, context: list[int]) -> float:
+        """Read ``context`` ahead of the first draft; seconds spent."""
+        ...
 
 
 class LookupDrafter:
@@ -88,8 +137,19 @@ class LookupDrafter:
         self.prediction: list[int] = []  # the request's predicted output, a second source
         self.from_prediction = False  # the last proposal copies the predicted output
 
-    def begin(self, prompt: list[int], prediction: list[int]) -> None:
-        self.prediction = list(prediction)
+    def begin(self, setup: AnswerSetup) -> None:
+        self.prediction = list(setup.prediction)
+        self.clock = setup.clock
+
+    def catch_up_tokens(self, context: list[int]) -> int:
+        return 0  # a lookup reads the context as it is
+
+    def prefill(self, context: list[int]) -> float:
+        return 0.0
+
+    def proposal(self, context: list[int], max_tokens: int) -> Proposal:
+        tokens, n = self.lookup(context, max_tokens)
+        return Proposal(self.name, tuple(tokens), n, self.from_prediction, max_tokens)
 
     def _advance(self, context: list[int]) -> list[int] | None:
         """Tokens added to the context since the last lookup, so that an index is only
@@ -116,5 +176,5 @@ class LookupDrafter:
             tokens=tokens,
             confidences=[1.0] * len(tokens),
             seconds=self.clock() - start,
-            match_len=n,
+            evidence=n,
         )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgespec.decoding.drafters.base import LookupDrafter
+from edgespec.decoding.drafters.base import AnswerSetup, LookupDrafter
 
 _SEP = -1  # between the prediction and the context: never a token, never copied across
 _ANCHOR_SIZES = (6, 5, 4, 3, 2)  # suffix lengths tried when anchoring anew, longest first
@@ -84,10 +84,10 @@ class CopyDrafter(LookupDrafter):
         self._extend(context, align=False)
         self._answer_start = len(context)
 
-    def begin(self, prompt: list[int], prediction: list[int]) -> None:
-        super().begin(prompt, prediction)
-        self._seen = list(prompt)
-        self._reset(list(prompt))
+    def begin(self, setup: AnswerSetup) -> None:
+        super().begin(setup)
+        self._seen = list(setup.prompt)
+        self._reset(list(setup.prompt))
 
     # -- following the answer -----------------------------------------------------------
 

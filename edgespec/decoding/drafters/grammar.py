@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgespec.decoding.constrained import best_allowed
-from edgespec.decoding.drafters.base import LookupDrafter
+from edgespec.decoding.drafters.base import AnswerSetup, LookupDrafter
 from edgespec.decoding.drafters.ngram import NgramDrafter
 from edgespec.decoding.grammar import eog_token
 
@@ -31,58 +31,17 @@ _BYTES_PER_TOKEN = 8
 _TOKENIZED_KEPT = 4096  # forced text followed per token of budget (keys run several bytes a token)
 
 
-class GrammarDrafter(LookupDrafter):
-    """Forced runs of the answer's grammar, and copied values between them."""
-
-    name = "grammar"
+class ForcedText:
+    """The text a grammar forces, as the target's tokens: shared by the ``grammar``
+    drafter's proposals and the draft model's guided drafts."""
 
     def __init__(self, target: Model):
-        super().__init__()
         self.target = target
-        self.constraint: Constraint | None = None
-        self.copy = NgramDrafter()
         # Forced texts recur (every key, comma and closing brace of a schema): their
         # tokenizations are kept, since the tokenizer costs more than the rest of a lookup.
         self._tokenized: dict[tuple[int, bytes], list[int]] = {}
 
-    def attach(self, constraint: Constraint | None) -> None:
-        """The grammar of the answer that starts (None: the answer has none, and nothing is
-        proposed)."""
-        self.constraint = constraint
-
-    def begin(self, prompt: list[int], prediction: list[int]) -> None:
-        super().begin(prompt, prediction)
-        self.copy.begin(prompt, prediction)
-
-    def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
-        """(proposal, tokens forced at its start): forced runs alternating with copied
-        values. The forced count serves as the match length the controller's statistics
-        are kept by: a proposal that opens with a long forced run is a sure one."""
-        if self.constraint is None or max_tokens <= 0:
-            return [], 0
-        walker = self.constraint.state.clone()
-        tokens: list[int] = []
-        opening = -1
-        try:
-            while len(tokens) < max_tokens:
-                before = tokens[-1] if tokens else context[-1]
-                forced = self.forced_run(walker, before, max_tokens - len(tokens))
-                if forced is None:
-                    break
-                tokens += forced
-                if opening < 0:
-                    opening = len(tokens)
-                if len(tokens) >= max_tokens or (forced and self.target.is_eog(forced[-1])):
-                    break
-                copied = self._copied_value(walker, context, tokens, len(forced), max_tokens - len(tokens))
-                if not copied:
-                    break
-                tokens += copied
-        finally:
-            walker.close()
-        return tokens, max(opening, 0)
-
-    def forced_run(self, walker: GrammarState, before: int, room: int) -> list[int] | None:
+    def run(self, walker: GrammarState, before: int, room: int) -> list[int] | None:
         """The tokens of the text the grammar forces from ``walker`` (which moves past it),
         and the end of the answer where the grammar must end; None where the target's
         tokenization of the text would not read back as it (then the walker is lost)."""
@@ -116,6 +75,52 @@ class GrammarDrafter(LookupDrafter):
                 return joined[1:]
         return self.target.tokenize(text.decode("ascii"), add_special=False)
 
+
+class GrammarDrafter(LookupDrafter):
+    """Forced runs of the answer's grammar, and copied values between them."""
+
+    name = "grammar"
+
+    def __init__(self, target: Model):
+        super().__init__()
+        self.target = target
+        self.constraint: Constraint | None = None  # the answer's grammar (None: no proposal)
+        self.copy = NgramDrafter()
+        self.forced = ForcedText(target)
+
+    def begin(self, setup: AnswerSetup) -> None:
+        super().begin(setup)
+        self.constraint = setup.constraint
+        self.copy.begin(setup)
+
+    def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
+        """(proposal, tokens forced at its start): forced runs alternating with copied
+        values. The forced count serves as the match length the controller's statistics
+        are kept by: a proposal that opens with a long forced run is a sure one."""
+        if self.constraint is None or max_tokens <= 0:
+            return [], 0
+        walker = self.constraint.state.clone()
+        tokens: list[int] = []
+        opening = -1
+        try:
+            while len(tokens) < max_tokens:
+                before = tokens[-1] if tokens else context[-1]
+                forced = self.forced.run(walker, before, max_tokens - len(tokens))
+                if forced is None:
+                    break
+                tokens += forced
+                if opening < 0:
+                    opening = len(tokens)
+                if len(tokens) >= max_tokens or (forced and self.target.is_eog(forced[-1])):
+                    break
+                copied = self._copied_value(walker, context, tokens, len(forced), max_tokens - len(tokens))
+                if not copied:
+                    break
+                tokens += copied
+        finally:
+            walker.close()
+        return tokens, max(opening, 0)
+
     def _copied_value(
         self, walker: GrammarState, context: list[int], ahead: list[int], forced: int, room: int
     ) -> list[int]:
@@ -145,8 +150,8 @@ class GrammarGuide:
     proposes it) instead of token by token. So one draft-model step can hold a forced run,
     a value the draft model writes, and the next forced run."""
 
-    def __init__(self, drafter: GrammarDrafter, constraint: Constraint, before: int):
-        self.drafter = drafter
+    def __init__(self, forced: ForcedText, constraint: Constraint, before: int):
+        self.forced_text = forced
         self.walker = constraint.state.clone()
         self.before = before  # the last committed token
         self.pushed = 0
@@ -166,6 +171,6 @@ class GrammarGuide:
         self._catch_up(drafted)
         probe = self.walker.clone()
         try:
-            return self.drafter.forced_run(probe, drafted[-1] if drafted else self.before, room) or []
+            return self.forced_text.run(probe, drafted[-1] if drafted else self.before, room) or []
         finally:
             probe.close()

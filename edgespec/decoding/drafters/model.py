@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgespec.decoding.drafters.base import Draft, DraftRequest
+from edgespec.decoding.drafters.base import AnswerSetup, Draft, DraftRequest, Proposal
+from edgespec.decoding.drafters.grammar import ForcedText, GrammarGuide
 from edgespec.decoding.sampling import max_probability, probabilities, sample
 from edgespec.runtime.model import Model, common_prefix
+
+if TYPE_CHECKING:
+    from edgespec.decoding.constrained import Constraint
 
 # Tokens per decode of a forced run: the controller reads a draft decode of more than four
 # tokens as the draft catching up on the context, not as drafting.
@@ -23,37 +29,57 @@ class ModelDrafter:
     name = "model"
     clock: Callable[[], float] = staticmethod(time.perf_counter)
 
-    def __init__(self, model: Model, target_vocab: int | None = None):
+    def __init__(self, model: Model, target: Model):
         self.model = model
+        self.forced_text = ForcedText(target)  # where the answer's grammar guides a draft
         # q rows are as wide as the target's vocabulary; ids the draft lacks keep q = 0.
-        width = max(target_vocab or 0, model.n_vocab)
+        width = max(target.n_vocab, model.n_vocab)
         self._q = np.zeros((model.options.max_outputs, width), dtype=np.float32)
+        self.constraint: Constraint | None = None
+        self.cancel = threading.Event()
 
-    def begin(self, prompt: list[int], prediction: list[int]) -> None:
-        pass  # the draft's cache is brought up to date lazily, by sync
+    def begin(self, setup: AnswerSetup) -> None:
+        # The draft's cache is brought up to date lazily, by sync.
+        self.constraint = setup.constraint
+        self.cancel = setup.cancel
+        self.clock = setup.clock
+
+    def proposal(self, context: list[int], max_tokens: int) -> Proposal:
+        return Proposal(self.name)  # a draft costs model calls: it is drafted only when chosen
 
     def prefill(self, context: list[int]) -> float:
         """Bring the draft's cache up to ``context`` (all but its last token); seconds."""
         start = self.clock()
+        self.model.listen(self.cancel)
         reused = self.model.sync(context)
         if len(context) - 1 > reused:
             self.model.decode(context[reused:-1], n_outputs=0)
         return self.clock() - start
 
-    def catch_up_cost_tokens(self, context: list[int]) -> int:
+    def catch_up_tokens(self, context: list[int]) -> int:
         """How many tokens ``propose`` would decode before its first draft token."""
         return len(context) - common_prefix(self.model.tokens, context, limit=len(context) - 1)
+
+    def _guide(self, context: list[int], request: DraftRequest) -> GrammarGuide | None:
+        """Greedy drafting under the answer's grammar: each token the best one the grammar
+        allows, and forced text drafted whole, so a draft never spends a token the target
+        would be refused."""
+        if self.constraint is None or not request.params.greedy:
+            return None
+        return GrammarGuide(self.forced_text, self.constraint, context[-1])
 
     def propose(self, context: list[int], request: DraftRequest) -> Draft:
         model = self.model
         start = self.clock()
+        model.listen(self.cancel)
         reused = model.sync(context)
         model.mark()
         draft = Draft(tokens=[], catch_up=len(context) - reused)
         logits = self._decode(context[reused:], draft)
         greedy = request.params.greedy
+        guide = self._guide(context, request)
         while (i := len(draft.tokens)) < request.max_tokens:
-            forced = request.forced(draft.tokens, request.max_tokens - i) if greedy and request.forced else []
+            forced = guide.forced(draft.tokens, request.max_tokens - i) if guide is not None else []
             if forced:
                 if not self._take_forced(forced, request, draft):
                     break
@@ -62,8 +88,7 @@ class ModelDrafter:
             if request.transform is not None:
                 logits = request.transform(logits, draft.tokens)
             if greedy:
-                choose = request.choose
-                token = int(np.argmax(logits)) if choose is None else choose(logits, draft.tokens)
+                token = int(np.argmax(logits)) if guide is None else guide.choose(logits, draft.tokens)
                 confidence = max_probability(logits) if request.wants_confidence else 1.0
             else:
                 q_row = probabilities(logits, request.params, out=self._q[i, : model.n_vocab])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgespec.decoding.drafters.base import LookupDrafter
+from edgespec.decoding.drafters.base import AnswerSetup, LookupDrafter
 
 
 class NgramDrafter(LookupDrafter):
@@ -22,10 +22,11 @@ class NgramDrafter(LookupDrafter):
         self._indexed = 0  # n-grams ending before this position are in the index
         self._prediction_index: dict[tuple[int, ...], int] = {}
 
-    def begin(self, prompt: list[int], prediction: list[int]) -> None:
+    def begin(self, setup: AnswerSetup) -> None:
         """Index the predicted output once: its n-grams are matched like the context's,
         and win ties (the prediction is what the client expects the answer to be)."""
-        super().begin(prompt, prediction)
+        super().begin(setup)
+        prediction = self.prediction
         self._prediction_index = {}
         for end in range(len(prediction) - 1):
             for n in range(self.min_n, min(self.max_n, end + 1) + 1):

@@ -19,20 +19,34 @@ from edgespec.decoding.drafters.reflow import ReflowDrafter
 if TYPE_CHECKING:
     from edgespec.runtime.model import Model
 
-LOOKUP, MODEL = "lookup", "model"  # kinds: free copies out of the context, or a draft model
 NONE, AUTO = "none", "auto"  # no drafting (target only), and the controller's choice
 NONE_COLOUR = "#9ca3af"  # target tokens with no draft behind them
 
 
 @dataclass(frozen=True)
 class DrafterSpec:
+    """A drafter, and what it needs and offers: the engine reads these declarations, never
+    the drafter's class."""
+
     name: str
-    kind: str  # LOOKUP or MODEL
     colour: str  # in the app's step chart and provenance view
     description: str  # one line, for --help and the app
-    # Builds the drafter for a loaded pair: (target, draft model or None) -> drafter, or
-    # None where the pair cannot have it (the draft model with no draft loaded).
-    factory: Callable[[Model, Model | None], Drafter | None]
+    # Builds one answer's drafter for a loaded pair: (target, draft model or None).
+    factory: Callable[[Model, Model | None], Drafter]
+    needs_model: bool = False  # drafts with the draft model: only where one is loaded
+    needs_grammar: bool = False  # proposes only for an answer that follows a grammar
+    takes_prediction: bool = False  # copies from the request's predicted output
+    # Proposes for free (a lookup, no model call), so the engine may ask it for a
+    # proposal at every step and hand that to the policy as data.
+    free: bool = True
+
+    @property
+    def kind(self) -> str:
+        return "model" if self.needs_model else "lookup"
+
+    def available(self, has_draft: bool) -> bool:
+        """Can a pair with (or without) a draft model have this drafter?"""
+        return has_draft or not self.needs_model
 
 
 REGISTRY: dict[str, DrafterSpec] = {
@@ -40,43 +54,43 @@ REGISTRY: dict[str, DrafterSpec] = {
     for spec in (
         DrafterSpec(
             "ngram",
-            LOOKUP,
             "#9333ea",
             "copies what followed the answer's last few tokens earlier in the context",
             lambda target, draft: NgramDrafter(),
+            takes_prediction=True,
         ),
         DrafterSpec(
             "reflow",
-            LOOKUP,
             "#db2777",
             "the same lookup on text blind to line wrapping (reflowed paragraphs)",
             lambda target, draft: ReflowDrafter(target),
         ),
         DrafterSpec(
             "copy",
-            LOOKUP,
             "#ea580c",
             "follows a source the answer is rewriting, across its edits (and a predicted output)",
             lambda target, draft: CopyDrafter(),
+            takes_prediction=True,
         ),
         DrafterSpec(
             "grammar",
-            LOOKUP,
             "#059669",
             "what the answer's grammar forces (JSON keys and punctuation), and values copied between",
             lambda target, draft: GrammarDrafter(target),
+            needs_grammar=True,
         ),
         DrafterSpec(
             "model",
-            MODEL,
             "#2563eb",
             "the small draft model of the target's vocabulary, drafting token by token",
-            lambda target, draft: ModelDrafter(draft, target.n_vocab) if draft is not None else None,
+            lambda target, draft: ModelDrafter(draft, target),  # type: ignore[arg-type]
+            needs_model=True,
+            free=False,
         ),
     )
 }
 
-LOOKUP_DRAFTERS = tuple(name for name, spec in REGISTRY.items() if spec.kind == LOOKUP)
+LOOKUP_DRAFTERS = tuple(name for name, spec in REGISTRY.items() if spec.free)
 FIXED_CHOICES = (*REGISTRY, NONE)  # what --drafter may name besides auto
 CHOICES = (AUTO, *FIXED_CHOICES)
 CHOICE_HELP = {
@@ -86,11 +100,18 @@ CHOICE_HELP = {
 }
 
 
-def build(target: Model, draft: Model | None) -> dict[str, Drafter]:
-    """Every drafter the pair can have, by name, in registry order."""
-    drafters = {}
-    for name, spec in REGISTRY.items():
-        drafter = spec.factory(target, draft)
-        if drafter is not None:
-            drafters[name] = drafter
-    return drafters
+def available(has_draft: bool) -> tuple[str, ...]:
+    """The drafters a pair with (or without) a draft model can have, in registry order."""
+    return tuple(name for name, spec in REGISTRY.items() if spec.available(has_draft))
+
+
+def build(
+    names: tuple[str, ...], target: Model, draft: Model | None, *, has_grammar: bool
+) -> dict[str, Drafter]:
+    """One answer's drafters among ``names``: those the answer can use (a grammar's only
+    where it has one), by name, in registry order."""
+    return {
+        name: REGISTRY[name].factory(target, draft)
+        for name in names
+        if not REGISTRY[name].needs_grammar or has_grammar
+    }

@@ -1,0 +1,410 @@
+"""One answer, from its request to its ``Done``: the ``Generation`` owns everything that
+lives as long as the answer does (its request and settings, its cancel token and live
+control, its grammar's state, its drafters, its policy, its text so far and its figures).
+The engine that creates it holds only what lives across answers.
+
+One step: a drafter proposes up to γ tokens, the target scores the last committed token
+plus every draft in ONE batched decode (γ+1 logits rows), the acceptance rule keeps the
+longest valid prefix and adds one token of the target's own (a correction, or a bonus
+when every draft was accepted), and both caches are rolled back to the committed text.
+γ = 0 is plain target decoding through the very same code, which is what baselines use.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgespec.decoding import acceptance
+from edgespec.decoding.constrained import Constraint
+from edgespec.decoding.drafters import REGISTRY, AnswerSetup, Draft, Drafter, DraftRequest, Proposal
+from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
+from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
+from edgespec.decoding.policy import Plan, Policy, StepOutcome, StepView
+from edgespec.decoding.request import Request, check_lenience, prediction_tokens_used
+from edgespec.decoding.sampling import probabilities, sample
+from edgespec.decoding.textstream import TextStream
+from edgespec.runtime.model import DecodeAborted, Model
+
+Scores = list[tuple[float, tuple[tuple[int, float], ...]]]
+
+
+class LiveControl:
+    """The one part of a running answer that another thread may change: its lenience (the
+    app's slider, read at every step) and its stop (which ends this answer, and only it)."""
+
+    def __init__(self, lenience: float = 1.0):
+        self._lenience = check_lenience(lenience)
+        self.cancel = threading.Event()
+
+    @property
+    def lenience(self) -> float:
+        return self._lenience
+
+    def set_lenience(self, lenience: float) -> None:
+        self._lenience = check_lenience(float(lenience))
+
+    def stop(self) -> None:
+        self.cancel.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self.cancel.is_set()
+
+
+class StepProposals:
+    """One step's free proposals, each computed at most once and only when the policy asks
+    for it; the step drafts the chosen one from here."""
+
+    def __init__(self, drafters: dict[str, Drafter], context: list[int]):
+        self._drafters = drafters
+        self._context = context
+        self._found: dict[str, Proposal] = {}
+
+    def get(self, name: str, max_tokens: int) -> Proposal:
+        """``name``'s proposal of at most ``max_tokens`` (empty for a drafter the answer
+        does not have, or one that is not free)."""
+        found = self._found.get(name)
+        if found is None or found.asked < max_tokens:
+            drafter = self._drafters.get(name)
+            if drafter is None or not REGISTRY[name].free:
+                return Proposal(name)
+            found = self._found[name] = drafter.proposal(self._context, max_tokens)
+        return found.first(max_tokens)
+
+    def taken(self, name: str, gamma: int) -> Proposal | None:
+        """The proposal gathered for ``name`` if it was asked for at least ``gamma`` tokens."""
+        found = self._found.get(name)
+        return found if found is not None and found.asked >= gamma else None
+
+    def catch_up(self, name: str) -> int:
+        drafter = self._drafters.get(name)
+        return drafter.catch_up_tokens(self._context) if drafter is not None else 0
+
+
+@dataclass(frozen=True)
+class PairView:
+    """What a generation uses of the engine that made it: the models, the clock, and the
+    per-token facts the engine keeps across answers."""
+
+    target: Model
+    draft: Model | None
+    clock: Callable[[], float]
+    boundaries: Callable[[list[int]], list[int]]
+    max_gamma: int
+
+
+class Generation:
+    """One answer. Created by ``Engine.start`` from a validated request; ``events()`` runs
+    it (once), ``stop()`` ends it from any thread."""
+
+    def __init__(self, pair: PairView, request: Request, policy: Policy, drafters: dict[str, Drafter]):
+        assert len(request.prompt) < pair.target.n_ctx, "the request builder checks the context"
+        self.pair = pair
+        self.request = request
+        self.settings = request.settings
+        self.policy = policy
+        self.drafters = drafters
+        self.live = LiveControl(request.settings.lenience)
+        self.sequence = 0  # the KV sequence the answer decodes in (one per model, for now)
+        self.constraint: Constraint | None = None
+        self.rng = np.random.default_rng(request.settings.seed)
+        self.text = TextStream(pair.target.piece, request.settings.stop)
+        self.committed = list(request.prompt)
+        self.generated: list[int] = []
+        self.stats = Stats(
+            prompt_tokens=len(request.prompt), prediction_tokens=len(request.settings.prediction)
+        )
+        self.stop_reason = ""
+        self._ran = False
+
+    def stop(self) -> None:
+        """End this answer at its next step (a long prefill at once); no other answer."""
+        self.live.stop()
+
+    def events(self) -> Iterator[Event]:
+        """Run the answer (once): Token and Step events, then one Done."""
+        assert not self._ran, "an answer runs once"
+        self._ran = True
+        pair = self.pair
+        pair.target.listen(self.live.cancel)
+        try:
+            yield from self._run()
+        finally:
+            for model in (pair.target, pair.draft):
+                if model is not None:
+                    model.listen(None)
+
+    def _run(self) -> Iterator[Event]:
+        started = self.pair.clock()
+        self.policy.begin()
+        yield from self._first_token(started)
+        while not self.stop_reason:
+            yield from self._step()
+        self.stats.tokens = len(self.generated)
+        if self.settings.prediction:
+            self.stats.prediction_accepted = prediction_tokens_used(self.settings.prediction, self.generated)
+        tail = self.text.finish()
+        self.stats.wall_s = self.pair.clock() - started
+        yield Done(
+            text=self.text.text,
+            tail=tail,
+            token_ids=self.generated,
+            stop_reason=self.stop_reason,
+            stats=self.stats,
+        )
+
+    # -- the prompt and the first token ---------------------------------------------------
+
+    def _first_token(self, started: float) -> Iterator[Event]:
+        """Prefill the target and emit its first token at once: time to first token never
+        includes the draft's prefill."""
+        target, prompt, settings = self.pair.target, list(self.request.prompt), self.settings
+        if self.live.stopped:  # withdrawn while it waited for the pair: nothing runs
+            self.stop_reason = "cancelled"
+            return
+        self.stats.reused_tokens = target.sync(prompt)
+        try:
+            logits = target.decode(prompt[self.stats.reused_tokens :], 1)
+        except DecodeAborted:
+            self.stop_reason = "cancelled"
+            return
+        self.stats.prefill_s = self.pair.clock() - started
+        if settings.penalties.active:
+            logits = transform_rows(logits, settings.penalties, prompt, [])
+        if settings.grammar is not None:
+            self.constraint = Constraint(target, settings.grammar)
+        self._begin_drafters()
+        first = self._choose_first(logits[0])
+        scores = self._logprobs(logits, [first])
+        for token in self._commit([first], [PLAIN], scores):
+            self.stats.ttft_s = self.pair.clock() - started
+            yield token
+        if not self.stop_reason and self.policy.prefill_draft:
+            for drafter in self.drafters.values():
+                self.stats.prefill_s += drafter.prefill(self.committed)
+
+    def _begin_drafters(self) -> None:
+        setup = AnswerSetup(
+            prompt=list(self.request.prompt),
+            prediction=list(self.settings.prediction),
+            constraint=self.constraint,
+            cancel=self.live.cancel,
+            clock=self.pair.clock,
+        )
+        for drafter in self.drafters.values():
+            drafter.begin(setup)
+
+    def _choose_first(self, row: np.ndarray) -> int:
+        params = self.settings.sampling
+        if self.constraint is not None:
+            first = self.constraint.choose(row, params, self.rng)
+            self.constraint.commit([first])
+            return first
+        if params.greedy:
+            return int(np.argmax(row))
+        return sample(probabilities(row, params), self.rng)
+
+    # -- the steps --------------------------------------------------------------------------
+
+    def _step(self) -> Iterator[Event]:
+        if self.live.stopped:
+            self.stop_reason = "cancelled"
+            return
+        pair, settings = self.pair, self.settings
+        room = pair.target.n_ctx - len(self.committed)
+        if room < 0:
+            self.stop_reason = "context_full"
+            return
+        budget = min(room, settings.max_tokens - len(self.generated) - 1, pair.max_gamma)
+        step_started = pair.clock()
+        proposals = StepProposals(self.drafters, self.committed)
+        view = StepView(
+            self.committed,
+            max(budget, 0),
+            settings.sampling,
+            settings.max_tokens - len(self.generated),
+            pair.boundaries,
+            proposal=proposals.get,
+            catch_up=proposals.catch_up,
+        )
+        plan = self.policy.plan(view)
+        try:
+            draft = self._draft(plan, proposals)
+            tokens, sources, step, scores = self._verify(plan, draft)
+        except DecodeAborted:
+            self.stop_reason = "cancelled"
+            return
+        self._learn(step, draft, tokens, pair.clock() - step_started)
+        yield step
+        yield from self._commit(tokens, sources, scores)
+
+    def _learn(self, step: Step, draft: Draft, tokens: list[int], step_s: float) -> None:
+        self.policy.observe(
+            StepOutcome(
+                drafter=step.drafter,
+                gamma=step.gamma,
+                accepted=step.accepted,
+                draft=draft,
+                verify_s=step.verify_s,
+                overhead_s=step_s - step.draft_s - step.verify_s,
+                new_tokens=tokens,
+            )
+        )
+        stats = self.stats
+        stats.target_passes += 1
+        stats.drafted += step.gamma
+        stats.accepted += step.accepted
+        stats.draft_s += step.draft_s
+        stats.verify_s += step.verify_s
+
+    def _draft(self, plan: Plan, proposals: StepProposals) -> Draft:
+        """The planned draft, cut where it ends the answer or leaves the grammar."""
+        if plan.gamma <= 0 or plan.drafter == "none":
+            return Draft(tokens=[])
+        found = proposals.taken(plan.drafter, plan.gamma)
+        draft = self._from_proposal(found, plan) if found is not None else self._ask(plan)
+        # A draft that ends the answer ends the draft: tokens after it could only be
+        # verified for nothing, and would count as accepted drafts that never appear.
+        is_eog = self.pair.target.is_eog
+        end = next((i + 1 for i, token in enumerate(draft.tokens) if is_eog(token)), None)
+        if end is not None:
+            draft.truncate(end)
+        if self.constraint is not None:
+            # Nor is a row spent after a token the grammar forbids. A sampled draft keeps
+            # that token: the target refuses it for sure (the grammar gives it no
+            # probability), and its residual is what keeps sampling exact; cut before it,
+            # the draft's own probability of forbidden tokens would skew the answer. A
+            # one-hot draft's residual there is the target's row itself.
+            allowed = self.constraint.allowed_prefix(draft.tokens)
+            sampled = draft.q is not None and not self.settings.sampling.greedy
+            draft.truncate(allowed + 1 if sampled else allowed)
+        return draft
+
+    @staticmethod
+    def _from_proposal(found: Proposal, plan: Plan) -> Draft:
+        """A free proposal gathered for the policy, drafted as it is (up to an early stop)."""
+        tokens = list(found.tokens[: plan.gamma])
+        if plan.keep_going is not None:
+            kept = 0
+            while kept < len(tokens) and plan.keep_going(kept, 1.0):
+                kept += 1
+            tokens = tokens[:kept]
+        return Draft(tokens=tokens, confidences=[1.0] * len(tokens), evidence=found.evidence)
+
+    def _ask(self, plan: Plan) -> Draft:
+        request = DraftRequest(
+            plan.gamma,
+            self.settings.sampling,
+            self.rng,
+            plan.keep_going,
+            plan.wants_confidence or plan.keep_going is not None,
+            self._draft_transform(),
+        )
+        return self.drafters[plan.drafter].propose(self.committed, request)
+
+    def _draft_transform(self) -> Callable[[np.ndarray, list[int]], np.ndarray] | None:
+        """The penalties on the draft model's rows, each with its own history (the
+        committed text and the tokens drafted before it)."""
+        penalties: Penalties = self.settings.penalties
+        if not penalties.active:
+            return None
+        window = Window(self.committed, penalties.last_n)
+        pushed = 0
+
+        def apply(row: np.ndarray, drafted: list[int]) -> np.ndarray:
+            nonlocal pushed
+            for token in drafted[pushed:]:
+                window.push(token)
+            pushed = len(drafted)
+            return transform_row(row, penalties, window.counts)
+
+        return apply
+
+    def _verify(self, plan: Plan, draft: Draft) -> tuple[list[int], list[str], Step, Scores | None]:
+        """One target pass over the last committed token and the draft; the committed
+        tokens, their provenance, the step and the tokens' log-probabilities."""
+        target, settings, committed = self.pair.target, self.settings, self.committed
+        gamma = len(draft.tokens)
+        target.mark()
+        verify_start = self.pair.clock()
+        logits = target.decode([committed[-1], *draft.tokens], gamma + 1)
+        verify_s = self.pair.clock() - verify_start
+        if settings.penalties.active:
+            logits = transform_rows(logits, settings.penalties, committed, draft.tokens)
+        verdict = self._verdict(draft, logits)
+        accepted = verdict.accepted
+        target.keep(len(committed) + accepted)
+        tokens = [*draft.tokens[:accepted], verdict.next_token]
+        if self.constraint is not None:
+            self.constraint.commit(tokens)
+        last = PLAIN if gamma == 0 else BONUS if accepted == gamma else TARGET
+        step = Step(
+            drafter=plan.drafter if gamma else "none",
+            gamma=gamma,
+            accepted=accepted,
+            draft_s=draft.seconds,
+            verify_s=verify_s,
+            planned_gamma=plan.gamma,
+            reason=plan.reason,
+        )
+        # log-probabilities are the target's own, before any grammar
+        return tokens, [DRAFT] * accepted + [last], step, self._logprobs(logits, tokens)
+
+    def _verdict(self, draft: Draft, logits: np.ndarray) -> acceptance.Verdict:
+        params, constraint = self.settings.sampling, self.constraint
+        if constraint is not None and params.greedy:
+            return acceptance.Verdict(*constraint.verify_greedy(draft.tokens, logits))
+        if params.greedy:
+            return acceptance.verify_greedy(draft.tokens, np.argmax(logits, axis=1))
+        if constraint is not None:
+            logits = constraint.mask_rows(draft.tokens, logits)
+        p = probabilities(logits, params)
+        lenience = self.live.lenience
+        if self.settings.verify == "block" and lenience == 1.0:
+            return acceptance.verify_block(draft.tokens, draft.q, p, self.rng)
+        return acceptance.verify_tokens(draft.tokens, draft.q, p, self.rng, lenience)
+
+    def _logprobs(self, rows: np.ndarray, tokens: list[int]) -> Scores | None:
+        """Each token's log-probability under its row (the target's distribution at its
+        position, penalties applied), and the most likely tokens there, as asked."""
+        top_n = self.settings.logprobs
+        if top_n is None:
+            return None
+        scores = []
+        for row, token in zip(rows, tokens, strict=False):
+            top = float(row.max())
+            log_total = top + math.log(float(np.sum(np.exp(row - top), dtype=np.float64)))
+            best: tuple[tuple[int, float], ...] = ()
+            if top_n:
+                ids = np.argpartition(row, -top_n)[-top_n:]
+                ids = ids[np.argsort(-row[ids], kind="stable")]
+                best = tuple((int(i), float(row[i]) - log_total) for i in ids)
+            scores.append((float(row[token]) - log_total, best))
+        return scores
+
+    def _commit(self, tokens: list[int], sources: list[str], scores: Scores | None) -> Iterator[Token]:
+        """Commit tokens one by one, yielding a Token for each; where the answer ends
+        (its end token, a stop string, max tokens) the rest are dropped and
+        ``stop_reason`` says why."""
+        for i, (token, source) in enumerate(zip(tokens, sources, strict=True)):
+            if self.pair.target.is_eog(token):
+                self.stop_reason = "eos"
+                return
+            self.committed.append(token)
+            self.generated.append(token)
+            text = self.text.push(token)
+            if scores is None:
+                yield Token(token=token, text=text, source=source)
+            else:
+                yield Token(token, text, source, *scores[i])
+            if self.text.stopped:
+                self.stop_reason = "stop_string"
+                return
+            if len(self.generated) >= self.settings.max_tokens:
+                self.stop_reason = "max_tokens"
+                return

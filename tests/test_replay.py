@@ -160,3 +160,18 @@ def test_a_structured_answer_replays_under_its_grammar(pair):
     assert runs["ceiling"].decode_tps >= max(
         run.decode_tps for run in runs.values() if run is not runs["ceiling"]
     )
+
+
+def test_a_replay_keeps_every_step_and_replays_them_again_the_same(pair, recordings):
+    """The trace ``--trace`` writes: every step, in order, the same on a second replay
+    (what a change meant to keep the controller's decisions is checked against)."""
+    configs = ["target only", "auto", "model γ=4"]
+    first = replay(recordings, pair.target, pair.draft, CURVES["gpu"], configs)
+    again = replay(recordings, pair.target, pair.draft, CURVES["gpu"], configs)
+    for rec in recordings:
+        for label in configs:
+            played = first[rec.id][label]
+            assert len(played.trace) == sum(played.steps.values()) > 0
+            assert sum(accepted + 1 for _, _, accepted, _ in played.trace) >= len(rec.answer) - 1
+            assert played.trace == again[rec.id][label].trace
+        assert {drafter for drafter, *_ in first[rec.id]["target only"].trace} == {"none"}

@@ -15,21 +15,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from edgespec.api import EdgeSpec, settings_from
+from edgespec.api import EdgeSpec
 from edgespec.decoding.events import Done
 from edgespec.server.queue import EngineQueue, QueueFull, Ticket
 from edgespec.server.schemas import Job
 
 
 def job(lm: EdgeSpec) -> Job:
-    tokens = lm.prompt_tokens("Say hello.", chat=True)
     return Job(
         kind="chat",
-        tokens=tokens,
-        settings=settings_from(max_tokens=3),
-        drafter="none",
-        gamma=0,
-        prediction=None,
+        request=lm.request("Say hello.", chat=True, max_tokens=3, drafter="none", gamma=0),
         stream=True,
         include_usage=False,
         model="default",

@@ -24,6 +24,7 @@ token that the target would reject there, and the confidence the recorded pass h
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import tomllib
@@ -40,7 +41,7 @@ from edgespec.bench.recording import Recording, recorded_corpus
 from edgespec.bench.runner import geomean
 from edgespec.decoding.auto import DEFAULT, PairState, Tuning
 from edgespec.decoding.choice import make_policy
-from edgespec.decoding.costs import CostModel
+from edgespec.decoding.costs import CostModel, write_atomically
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done, Step
 from edgespec.decoding.policy import FixedPolicy, Policy
@@ -332,6 +333,9 @@ class Replayed:
     decode_tps: float
     steps: Counter = field(default_factory=Counter)
     exact: bool = True
+    # Every step as (drafter, γ drafted, accepted, γ planned): what ``--trace`` writes, so
+    # that a change meant to keep the controller's decisions can be checked step by step.
+    trace: list[tuple[str, int, int, int]] = field(default_factory=list)
 
 
 def replay(
@@ -359,16 +363,18 @@ def replay(
             settings = rec.settings(max(len(rec.answer), 1))
             if label.endswith(PREDICTED):
                 settings = replace(settings, prediction=tuple(prediction_of(rec, target)))
-            steps: Counter = Counter()
+            played = Replayed(0.0)
             done = None
             for event in engine.stream(list(rec.prompt), settings, policy_for(label, state, engine)):
                 if isinstance(event, Step):
-                    steps[event.drafter] += 1
+                    played.steps[event.drafter] += 1
+                    played.trace.append((event.drafter, event.gamma, event.accepted, event.planned_gamma))
                 elif isinstance(event, Done):
                     done = event
             assert done is not None
-            exact = list(done.token_ids) == rec.answer[: len(done.token_ids)]
-            results[rec.id][label] = Replayed(done.stats.decode_tokens_per_second, steps, exact)
+            played.exact = list(done.token_ids) == rec.answer[: len(done.token_ids)]
+            played.decode_tps = done.stats.decode_tokens_per_second
+            results[rec.id][label] = played
     return results
 
 
@@ -477,15 +483,24 @@ def main(argv: list[str] | None = None) -> int:
         help="also print the ceiling: every step chosen in hindsight among the same drafters "
         "(and among the lookups alone, 'ceiling lookups')",
     )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="write every replayed step (drafter, γ, accepted, planned γ) as JSON: two traces "
+        "compared show whether a change kept the controller's decisions",
+    )
     args = parser.parse_args(argv)
     if "target only" not in args.configs:
         args.configs.insert(0, "target only")
 
     def run() -> int:
         lm, recordings = recorded_corpus(args.split, args.categories, args.max_tokens)
+        traces: dict[str, dict] = {}
         for name in args.curve:
             curve = curve_from_costs(lm.controller_state().costs) if name == "here" else CURVES[name]
             results = replay(recordings, lm.target, lm.draft, curve, args.configs)
+            traces[name] = {rec: {c: r.trace for c, r in by.items()} for rec, by in results.items()}
             configs = list(args.configs)
             if args.ceiling:
                 predicted = any(label.endswith(PREDICTED) for label in configs)
@@ -495,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
                 "tokens: decode-phase ratio to target-only, worst prompt in brackets"
             )
             print(summarize(recordings, results, configs))
+        if args.trace is not None:
+            write_atomically(args.trace, json.dumps(traces, sort_keys=True))
+            print(f"\nevery step written to {args.trace}")
         return 0
 
     return run_reporting_errors(run)

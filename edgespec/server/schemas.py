@@ -120,8 +120,11 @@ def parse_chat(body: Any, lm: EdgeSpec) -> Job:
     else:
         param = "max_tokens"
     tools = parse_tools(body, lm.target.metadata("tokenizer.chat_template"), lm.target.name)
+    messages = body.get("messages")
+    if isinstance(messages, str):  # (the Python API's shorthand for one user message)
+        raise bad_request("'messages' must be a list of messages", "messages")
     try:
-        tokens = lm.prompt_tokens(body.get("messages"), chat=True, tools=tools.tools)
+        tokens = lm.prompt_tokens(messages, chat=True, tools=tools.tools)
     except RequestError as exc:
         raise bad_request(str(exc), exc.param) from None
     except EdgespecError as exc:
@@ -242,8 +245,9 @@ def _job(
     tools = tools or ToolSetup()
     model = check_model(body.get("model"), lm)
     stream, include_usage = _stream_options(body)
-    # Without a limit the answer may fill what is left of the context.
-    max_tokens = _typed(body, max_tokens_param, _is_int, "an integer", lm.target.n_ctx - len(tokens))
+    # Without a limit the answer may fill what is left of the context (a prompt that
+    # leaves no room is refused for its length by the builder).
+    max_tokens = _typed(body, max_tokens_param, _is_int, "an integer", max(lm.target.n_ctx - len(tokens), 1))
     try:
         settings = settings_from(max_tokens=max_tokens, **_sampling(body, kind, lm, tools))
         request = lm.request(

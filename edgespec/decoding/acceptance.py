@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgespec.decoding.sampling import sample
-from edgespec.errors import EdgespecError
+from edgespec.errors import RequestError
 
 __all__ = [
     "Verdict",
@@ -82,9 +82,11 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=fill, where=den > 0)
 
 
-def _check_lenience(lenience: float) -> None:
+def check_lenience(lenience: float) -> float:
+    """λ itself: in (0, 1] (1 is exact); anything else is refused, naming the field."""
     if not 0.0 < lenience <= 1.0:  # also rejects NaN
-        raise EdgespecError(f"lenience must be in (0, 1] (got {lenience:g})")
+        raise RequestError(f"lenience must be in (0, 1] (got {lenience:g})", "lenience")
+    return lenience
 
 
 def token_acceptance_probabilities(
@@ -99,7 +101,7 @@ def token_acceptance_probabilities(
     were accepted. ``p`` may have γ or γ+1 rows (only the first γ are read).
     """
     d = _tokens(draft)
-    _check_lenience(lenience)
+    check_lenience(lenience)
     target = p[np.arange(d.shape[0]), d].astype(np.float64)
     a = _ratio(target, lenience * _draft_probs(d, q))
     return np.minimum(a, 1.0, out=a)

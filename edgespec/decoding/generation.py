@@ -20,12 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgespec.decoding import acceptance
+from edgespec.decoding.acceptance import check_lenience
 from edgespec.decoding.constrained import Constraint
 from edgespec.decoding.drafters import REGISTRY, AnswerSetup, Draft, Drafter, DraftRequest, Proposal
+from edgespec.decoding.drafters.base import lookup_draft
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
 from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
 from edgespec.decoding.policy import Plan, Policy, StepOutcome, StepView
-from edgespec.decoding.request import Request, check_lenience, prediction_tokens_used
+from edgespec.decoding.request import Request, prediction_tokens_used
 from edgespec.decoding.sampling import probabilities, sample
 from edgespec.decoding.textstream import TextStream
 from edgespec.runtime.model import DecodeAborted, Model
@@ -267,7 +269,10 @@ class Generation:
         if plan.gamma <= 0 or plan.drafter == "none":
             return Draft(tokens=[])
         found = proposals.taken(plan.drafter, plan.gamma)
-        draft = self._from_proposal(found, plan) if found is not None else self._ask(plan)
+        if found is not None:  # a free proposal gathered for the policy, drafted as it is
+            draft = lookup_draft(found.tokens[: plan.gamma], found.evidence, plan.keep_going)
+        else:
+            draft = self._ask(plan)
         # A draft that ends the answer ends the draft: tokens after it could only be
         # verified for nothing, and would count as accepted drafts that never appear.
         is_eog = self.pair.target.is_eog
@@ -284,17 +289,6 @@ class Generation:
             sampled = draft.q is not None and not self.settings.sampling.greedy
             draft.truncate(allowed + 1 if sampled else allowed)
         return draft
-
-    @staticmethod
-    def _from_proposal(found: Proposal, plan: Plan) -> Draft:
-        """A free proposal gathered for the policy, drafted as it is (up to an early stop)."""
-        tokens = list(found.tokens[: plan.gamma])
-        if plan.keep_going is not None:
-            kept = 0
-            while kept < len(tokens) and plan.keep_going(kept, 1.0):
-                kept += 1
-            tokens = tokens[:kept]
-        return Draft(tokens=tokens, confidences=[1.0] * len(tokens), evidence=found.evidence)
 
     def _ask(self, plan: Plan) -> Draft:
         request = DraftRequest(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
+from edgespec.decoding.acceptance import check_lenience
 from edgespec.decoding.drafters import AUTO
 from edgespec.decoding.grammar import GrammarSpec
 from edgespec.decoding.penalties import Penalties
@@ -56,12 +57,6 @@ class GenerationSettings:
         check_lenience(self.lenience)
         if self.verify not in VERIFY_MODES:
             raise RequestError(f"verify must be 'token' or 'block' (got {self.verify!r})", "verify")
-
-
-def check_lenience(lenience: float) -> float:
-    if not 0 < lenience <= 1:  # also refuses NaN
-        raise RequestError(f"lenience must be in (0, 1] (got {lenience:g})", "lenience")
-    return lenience
 
 
 @dataclass(frozen=True)

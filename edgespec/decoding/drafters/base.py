@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -167,14 +167,18 @@ class LookupDrafter:
     def propose(self, context: list[int], request: DraftRequest) -> Draft:
         start = self.clock()
         tokens, n = self.lookup(context, request.max_tokens)
-        if request.keep_going is not None:
-            kept = 0
-            while kept < len(tokens) and request.keep_going(kept, 1.0):
-                kept += 1
-            tokens = tokens[:kept]
-        return Draft(
-            tokens=tokens,
-            confidences=[1.0] * len(tokens),
-            seconds=self.clock() - start,
-            evidence=n,
-        )
+        draft = lookup_draft(tokens, n, request.keep_going)
+        draft.seconds = self.clock() - start
+        return draft
+
+
+def lookup_draft(
+    tokens: Sequence[int], evidence: int, keep_going: Callable[[int, float], bool] | None
+) -> Draft:
+    """A free proposal as a draft: every token certain, up to where ``keep_going`` ends it."""
+    kept = len(tokens)
+    if keep_going is not None:
+        kept = 0
+        while kept < len(tokens) and keep_going(kept, 1.0):
+            kept += 1
+    return Draft(tokens=list(tokens[:kept]), confidences=[1.0] * kept, evidence=evidence)

@@ -34,7 +34,12 @@ def load_pair(args: argparse.Namespace) -> EdgeSpec:
 
     if args.ctx < 16:
         raise EdgespecError(f"--ctx must be at least 16 (got {args.ctx})")
-    lm = EdgeSpec(target=args.target, draft=args.draft, options=RuntimeOptions(n_ctx=args.ctx))
+    from edgespec.cli.generate import default_cache_gib
+    from edgespec.runtime.prompt_cache import GIB, CacheOptions
+
+    # Idle chats' KV states stay in memory, so a chat taken up again reads only its new turn.
+    cache = CacheOptions(ram_bytes=int(default_cache_gib() * GIB))
+    lm = EdgeSpec(target=args.target, draft=args.draft, options=RuntimeOptions(n_ctx=args.ctx, cache=cache))
     # Measure drafting and verification costs now (or load them from an earlier run), so
     # that the first answer with drafter "auto" does not wait for it.
     lm.controller_state()

@@ -21,7 +21,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from edgespec.decoding.auto import PairState
@@ -42,6 +42,7 @@ from edgespec.runtime.chat_template import chat_tokens
 from edgespec.runtime.compat import check_pair, precheck
 from edgespec.runtime.messages import check_conversation, normalise_messages
 from edgespec.runtime.model import LoadOptions, Model, init_backend
+from edgespec.runtime.prompt_cache import CacheOptions, PromptCache
 
 DEFAULT = "default"
 
@@ -58,6 +59,9 @@ class RuntimeOptions:
     rollback: str = "auto"
     max_gamma: int = DEFAULT_MAX_GAMMA
     verbose: bool = False
+    # Idle conversations' KV states, in memory and optionally on disk (off by default
+    # here; ``serve`` and the app turn it on with a budget from free memory).
+    cache: CacheOptions = field(default_factory=CacheOptions)
 
 
 class EdgeSpec:
@@ -106,6 +110,10 @@ class EdgeSpec:
             )
             check_pair(self.target, self.draft)
         self.engine = Engine(self.target, self.draft)
+        self.prompt_cache: PromptCache | None = None
+        if options.cache.ram_bytes > 0 or options.cache.directory is not None:
+            self.prompt_cache = PromptCache(options.cache)
+            self.prompt_cache.attach(*(m for m in (self.target, self.draft) if m is not None))
         # One generation at a time per loaded pair: the caches are shared state.
         self.lock = threading.Lock()
         # Answers started and not ended, for close to end them (weakly held: an answer
@@ -259,7 +267,12 @@ class EdgeSpec:
                 answer.stop()
         if not self.lock.acquire(timeout=timeout):
             return
-        self.lock.release()
+        try:
+            if self.prompt_cache is not None:
+                self.prompt_cache.close()  # keeps what the models hold, where states go to disk
+                self.prompt_cache = None
+        finally:
+            self.lock.release()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()

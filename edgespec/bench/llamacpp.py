@@ -66,25 +66,53 @@ def runtime_cmake_args() -> list[str]:
     return str(record.get("cmake_args") or "").split()
 
 
-def default_binary(cmake_args: list[str] | None = None) -> Path:
-    """Where the tool built with ``cmake_args`` (default: the runtime's) lives: one build
+TOOLS = ("llama-speculative-simple", "llama-server")  # what ``build`` can make
+
+
+def default_binary(cmake_args: list[str] | None = None, tool: str = TOOLS[0]) -> Path:
+    """Where ``tool`` built with ``cmake_args`` (default: the runtime's) lives: one build
     directory per set of arguments, so a change of recipe builds it anew."""
     args = runtime_cmake_args() if cmake_args is None else cmake_args
     key = hashlib.sha256(" ".join(args).encode()).hexdigest()[:10]
     build_dir = store.home() / "llama.cpp" / f"build-{LLAMA_CPP_VERSION}-{key}"
-    return build_dir / "bin" / "llama-speculative-simple"
+    return build_dir / "bin" / tool
 
 
-def build(jobs: int | None = None) -> Path:
+def build(jobs: int | None = None, tool: str = TOOLS[0]) -> Path:
     """Download the llama-cpp-python sdist with pip, configure its vendored llama.cpp with
-    the runtime build's CMake arguments, and build the tool."""
+    the runtime build's CMake arguments, and build ``tool`` (``llama-speculative-simple``
+    or ``llama-server``, the peer the sessions benchmark measures beside us)."""
+    if tool not in TOOLS:
+        raise EdgespecError(f"unknown llama.cpp tool {tool!r} (known: {', '.join(TOOLS)})")
     cmake_args = runtime_cmake_args()
-    binary = default_binary(cmake_args)
+    binary = default_binary(cmake_args, tool)
     if binary.is_file():
         return binary
     if shutil.which("cmake") is None:
         raise EdgespecError("building llama.cpp's tools needs cmake (apt-get install cmake)")
-    work = binary.parent.parent.parent
+    build_dir = binary.parent.parent
+    source = _vendored_source(build_dir.parent)
+    subprocess.run(
+        ["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+         "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+         "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_SERVER=ON", *cmake_args],
+        check=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["cmake", "--build", str(build_dir), "--target", tool, "-j", str(jobs or os.cpu_count() or 2)],
+        check=True,
+    )
+    if not binary.is_file():
+        raise EdgespecError(f"the llama.cpp build did not produce {binary}")
+    return binary
+
+
+def _vendored_source(work: Path) -> Path:
+    """llama.cpp's sources as the llama-cpp-python sdist vendors them, unpacked once under
+    ``work`` (kept: every tool's build directory is configured from this one tree)."""
+    source = work / f"src-{LLAMA_CPP_VERSION}" / "vendor" / "llama.cpp"
+    if (source / "CMakeLists.txt").is_file():
+        return source
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         subprocess.run(
@@ -95,22 +123,10 @@ def build(jobs: int | None = None) -> Path:
         sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
         with tarfile.open(sdist) as archive:
             archive.extractall(tmp, filter="data")
-        source = next(Path(tmp).glob("llama_cpp_python-*")) / "vendor" / "llama.cpp"
-        build_dir = binary.parent.parent
-        subprocess.run(
-            ["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-             "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-             "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_SERVER=OFF", *cmake_args],
-            check=True,
-        )  # fmt: skip
-        subprocess.run(
-            ["cmake", "--build", str(build_dir), "--target", "llama-speculative-simple",
-             "-j", str(jobs or os.cpu_count() or 2)],
-            check=True,
-        )  # fmt: skip
-    if not binary.is_file():
-        raise EdgespecError(f"the llama.cpp build did not produce {binary}")
-    return binary
+        unpacked = next(p for p in Path(tmp).glob("llama_cpp_python-*") if p.is_dir())
+        shutil.rmtree(source.parent.parent, ignore_errors=True)
+        os.replace(unpacked, source.parent.parent)
+    return source
 
 
 LOOPS = ("ngram-simple", "ngram-mod", "draft-simple")  # llama.cpp's --spec-type names

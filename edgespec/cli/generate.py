@@ -22,6 +22,8 @@ from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
 from edgespec.decoding.events import Done, Token
 from edgespec.decoding.request import GenerationSettings
 from edgespec.errors import EdgespecError
+from edgespec.models.recommend import total_memory_bytes
+from edgespec.runtime.prompt_cache import GIB, CacheOptions
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -65,6 +67,13 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     models.add_argument("--rollback", choices=("auto", "truncate", "snapshot"), default="auto",
                         help="how caches are cut back after a rejection (default: auto)")  # fmt: skip
     models.add_argument("--verbose", action="store_true", help="show llama.cpp's own log")
+    models.add_argument("--cache-ram", type=float, default=None, metavar="GIB",
+                        help="host memory for idle conversations' KV states, so a returning one "
+                             "reads only its new tokens (default where a server or app runs: a "
+                             "quarter of this machine's memory, at most 8; 0 turns it off)")  # fmt: skip
+    models.add_argument("--cache-dir", default=None, metavar="DIR",
+                        help="also keep those states on disk, so a restart answers a returning "
+                             "conversation warm")  # fmt: skip
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
@@ -224,7 +233,29 @@ def check_decoding_args(args: argparse.Namespace) -> None:
         raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
 
 
-def runtime_options(args: argparse.Namespace, max_gamma: int = MAX_GAMMA) -> RuntimeOptions:
+def cache_options(args: argparse.Namespace, *, serving: bool) -> CacheOptions:
+    """The prompt cache ``--cache-ram`` and ``--cache-dir`` ask for. A server or the app
+    gets one by default; a one-shot ``generate`` only with a directory to keep it in."""
+    ram = args.cache_ram
+    if ram is None:
+        ram = default_cache_gib() if serving or args.cache_dir else 0.0
+    if ram < 0:
+        raise EdgespecError(f"--cache-ram must be >= 0 GiB (got {ram:g})")
+    directory = Path(args.cache_dir).expanduser() if args.cache_dir else None
+    if directory is not None and directory.exists() and not directory.is_dir():
+        raise EdgespecError(f"--cache-dir: {directory} is not a directory")
+    return CacheOptions(ram_bytes=int(ram * GIB), directory=directory)
+
+
+def default_cache_gib() -> float:
+    """A quarter of this machine's memory, at most 8 GiB (llama-server's own default)."""
+    total = total_memory_bytes()
+    return min(8.0, total / 4 / GIB) if total else 2.0
+
+
+def runtime_options(
+    args: argparse.Namespace, max_gamma: int = MAX_GAMMA, *, serving: bool = False
+) -> RuntimeOptions:
     """The runtime the model flags (``add_model_flags``) ask for."""
     return RuntimeOptions(
         n_ctx=args.ctx,
@@ -234,6 +265,7 @@ def runtime_options(args: argparse.Namespace, max_gamma: int = MAX_GAMMA) -> Run
         rollback=args.rollback,
         max_gamma=max(max_gamma, 1),
         verbose=args.verbose,
+        cache=cache_options(args, serving=serving),
     )
 
 

@@ -17,7 +17,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from edgespec.api import EdgeSpec
-from edgespec.cli.generate import add_model_flags, runtime_options
+from edgespec.cli.generate import add_model_flags, cache_options, runtime_options
 from edgespec.errors import EdgespecError
 
 if TYPE_CHECKING:
@@ -75,7 +75,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def load(args: argparse.Namespace) -> EdgeSpec:
-    lm = EdgeSpec(args.target, None if args.draft in ("", "none") else args.draft, runtime_options(args))
+    draft = None if args.draft in ("", "none") else args.draft
+    lm = EdgeSpec(args.target, draft, runtime_options(args, serving=True))
     # Measured (or read from disk) now, so that /health turns 200 only when the first
     # "auto" answer will not wait for it.
     lm.controller_state()
@@ -138,6 +139,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise EdgespecError(f"port must be in 1..65535 (got {args.port})")
     if args.ctx < 16:
         raise EdgespecError(f"context length must be at least 16 tokens (got {args.ctx})")
+    cache_options(args, serving=True)  # a bad --cache-ram or --cache-dir, before loading
     if args.max_queue < 0:
         raise EdgespecError(f"--max-queue must be >= 0 (got {args.max_queue})")
     if args.threads is not None and args.threads < 1:
@@ -192,5 +194,13 @@ def load_in_background(
         return
     loaded.append(lm)
     state.attach(lm)
-    print(f"edgespec serve: ready, {lm.target.name} + {lm.draft.name if lm.draft else 'no draft'}",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(f"edgespec serve: ready, {lm.target.name} + {lm.draft.name if lm.draft else 'no draft'}"
+          f"{cache_line(lm)}", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def cache_line(lm: EdgeSpec) -> str:
+    if lm.prompt_cache is None:
+        return ", no prompt cache"
+    facts = lm.prompt_cache.describe()
+    where = f" and {facts['directory']}" if facts["directory"] else ""
+    return f", prompt cache {facts['ram_gib']} GiB in memory{where} ({facts['states']} states)"

@@ -22,6 +22,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
@@ -30,6 +31,9 @@ from edgespec import crashguard
 from edgespec.errors import EdgespecError
 from edgespec.models.gguf import read_info
 from edgespec.runtime import system
+
+if TYPE_CHECKING:
+    from edgespec.runtime.prompt_cache import PromptCache
 
 ROLLBACK_MODES = ("auto", "truncate", "snapshot")
 LOAD_MODE_READ = 0  # llama_load_mode NONE: read the file, no mmap
@@ -155,6 +159,8 @@ class Model:
             self.rollback = "snapshot" if self.recurrent else "truncate"
         self.tokens: list[int] = []
         self._snapshot: Snapshot | None = None
+        # The pair's prompt cache, once one is attached (``PromptCache.attach``).
+        self.prompt_cache: PromptCache | None = None
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
         # The cancel token of the answer decoding on this model now (see ``listen``): a
@@ -412,6 +418,15 @@ class Model:
         self.tokens = self.tokens[: snap.n_tokens]
         self._snapshot = snap
 
+    def load_state(self, tokens: list[int], data: ctypes.Array) -> None:
+        """Make the sequence hold ``tokens`` from state bytes saved by ``snapshot`` (on this
+        model, with these context settings: the prompt cache checks that)."""
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        self.tokens, self._snapshot = [], None
+        if not llama_cpp.llama_state_seq_set_data(self._ctx, data, len(data), 0):
+            raise EdgespecError(f"{self.name}: restoring a cached state failed")
+        self.tokens = list(tokens)
+
     def reset(self) -> None:
         """Empty the sequence (removing a whole sequence never fails)."""
         llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
@@ -426,11 +441,16 @@ class Model:
             llama_cpp.llama_memory_seq_pos_max(self._memory, 0),
         )
 
-    def sync(self, tokens: list[int]) -> int:
+    def sync(self, tokens: list[int], *, start: bool = False) -> int:
         """Make the cache hold a prefix of ``tokens`` as long as possible without decoding,
         always leaving at least one token of ``tokens`` undecoded (its logits are needed).
-        Returns how many tokens are reused."""
+        Returns how many tokens are reused.
+
+        ``start``: the first sync of an answer (its prompt), where the pair's prompt cache
+        may keep what the sequence holds and bring in a stored state sharing more of it."""
         common = common_prefix(self.tokens, tokens, limit=len(tokens) - 1)
+        if start and self.prompt_cache is not None and self.rollback == "truncate":
+            common = self.prompt_cache.exchange(self, tokens[: len(tokens) - 1], common)
         self.keep(common)
         return common
 

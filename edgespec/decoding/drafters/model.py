@@ -37,9 +37,11 @@ class ModelDrafter:
         self._q = np.zeros((model.options.max_outputs, width), dtype=np.float32)
         self.constraint: Constraint | None = None
         self.cancel = threading.Event()
+        self._started = False  # whether this answer has synced the draft's cache yet
 
     def begin(self, setup: AnswerSetup) -> None:
         # The draft's cache is brought up to date lazily, by sync.
+        self._started = False
         self.constraint = setup.constraint
         self.cancel = setup.cancel
         self.clock = setup.clock
@@ -51,10 +53,17 @@ class ModelDrafter:
         """Bring the draft's cache up to ``context`` (all but its last token); seconds."""
         start = self.clock()
         self.model.listen(self.cancel)
-        reused = self.model.sync(context)
+        reused = self._sync(context)
         if len(context) - 1 > reused:
             self.model.decode(context[reused:-1], n_outputs=0)
         return self.clock() - start
+
+    def _sync(self, context: list[int]) -> int:
+        """The answer's first sync may bring the draft's state for this prompt in from the
+        pair's prompt cache, as the target's does."""
+        reused = self.model.sync(context, start=not self._started)
+        self._started = True
+        return reused
 
     def catch_up_tokens(self, context: list[int]) -> int:
         """How many tokens ``propose`` would decode before its first draft token."""
@@ -72,7 +81,7 @@ class ModelDrafter:
         model = self.model
         start = self.clock()
         model.listen(self.cancel)
-        reused = model.sync(context)
+        reused = self._sync(context)
         model.mark()
         draft = Draft(tokens=[], catch_up=len(context) - reused)
         logits = self._decode(context[reused:], draft)

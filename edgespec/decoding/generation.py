@@ -169,7 +169,7 @@ class Generation:
         if self.live.stopped:  # withdrawn while it waited for the pair: nothing runs
             self.stop_reason = "cancelled"
             return
-        self.stats.reused_tokens = target.sync(prompt)
+        self.stats.reused_tokens = target.sync(prompt, start=True)
         try:
             logits = target.decode(prompt[self.stats.reused_tokens :], 1)
         except DecodeAborted:

@@ -23,7 +23,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     parser.add_argument("--target", default="default", help="catalog name or GGUF path of the target model")
     parser.add_argument("--draft", default="default", help="catalog name or GGUF path of the draft model")
-    parser.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    parser.add_argument("--ctx", type=int, default=0,
+                        help="context length in tokens (default 0: what the model was trained for, "
+                             "bounded by this machine's memory)")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -32,8 +34,8 @@ def load_pair(args: argparse.Namespace) -> EdgeSpec:
     from edgespec.api import EdgeSpec, RuntimeOptions
     from edgespec.errors import EdgespecError
 
-    if args.ctx < 16:
-        raise EdgespecError(f"--ctx must be at least 16 (got {args.ctx})")
+    if args.ctx != 0 and args.ctx < 16:
+        raise EdgespecError(f"--ctx must be at least 16, or 0 for the model's own (got {args.ctx})")
     from edgespec.cli.generate import default_cache_gib
     from edgespec.runtime.prompt_cache import GIB, CacheOptions
 

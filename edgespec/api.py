@@ -52,7 +52,7 @@ DEFAULT_MAX_GAMMA = MAX_GAMMA
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    n_ctx: int = 4096
+    n_ctx: int = 0  # 0: what the target was trained for, bounded by memory
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int = -1
     threads: int | None = None

@@ -194,3 +194,13 @@ def test_pair_compatibility_on_loaded_vocabularies(target_path, draft_path, smol
 )
 def test_figures_name_the_widest_vector_extension(flags, name):
     assert widest_isa(flags) == name
+
+
+def test_default_context_is_the_trained_one_bounded_by_memory():
+    from edgespec.runtime.model import default_context
+
+    per_token = 28 * 2 * 256 * 2  # the default target: 28 layers, 2 KV heads of 128, f16
+    assert default_context(32768, per_token, memory=24 << 30) == 32768
+    assert default_context(32768, per_token, memory=2 << 30) == 9216  # an eighth of 2 GiB
+    assert default_context(32768, per_token, memory=256 << 20) == 2048  # never under 2,048
+    assert default_context(0, per_token, memory=24 << 30) == 4096  # a model that does not say

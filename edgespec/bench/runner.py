@@ -32,6 +32,7 @@ from edgespec.bench.llamacpp import LOOPS, run_loop
 from edgespec.decoding.auto import describe
 from edgespec.decoding.events import Done, Step
 from edgespec.errors import EdgespecError
+from edgespec.models.gguf import kv_bytes_per_token
 from edgespec.runtime.chat_template import render
 from edgespec.runtime.model import Model, default_threads
 from edgespec.runtime.system import cpu_flags, cpu_model, widest_isa
@@ -317,15 +318,7 @@ def machine() -> str:
 
 def kv_cache_bytes(model: Model) -> int:
     """Bytes of the f16 KV cache at the model's context length, from its GGUF header."""
-    meta = model.gguf.metadata
-    arch = meta.get("general.architecture", "")
-    layers = int(meta.get(f"{arch}.block_count", 0))
-    heads = int(meta.get(f"{arch}.attention.head_count", 1))
-    heads_kv = int(meta.get(f"{arch}.attention.head_count_kv", heads))
-    embd = int(meta.get(f"{arch}.embedding_length", 0))
-    k_dim = int(meta.get(f"{arch}.attention.key_length", embd // max(heads, 1)))
-    v_dim = int(meta.get(f"{arch}.attention.value_length", embd // max(heads, 1)))
-    return model.n_ctx * layers * heads_kv * (k_dim + v_dim) * 2
+    return model.n_ctx * kv_bytes_per_token(model.gguf)
 
 
 def peak_rss_bytes() -> int:

@@ -19,10 +19,11 @@ import numpy as np
 
 from edgespec.errors import EdgespecError
 from edgespec.models import catalog, store
+from edgespec.models.gguf import kv_bytes_per_token
 from edgespec.models.resolve import resolve
 from edgespec.progress import byte_bar
 from edgespec.runtime import system
-from edgespec.runtime.model import LoadOptions, Model, amx_guard_needed
+from edgespec.runtime.model import LoadOptions, Model, amx_guard_needed, default_context
 
 PROMPT = "def fibonacci(n):\n"
 N_TOKENS = 20
@@ -137,8 +138,20 @@ def _load(report: Report, args: argparse.Namespace) -> dict[str, Model]:
             continue
         buffers = ", ".join(f"{k} {v:,.0f} MiB" for k, v in model.buffers.items()) or "none reported"
         report.line(f"{role} buffers", f"{model.name}: {buffers}")
+        report.line(f"{role} context", _context_line(model))
         loaded[role] = model
     return loaded
+
+
+def _context_line(model: Model) -> str:
+    """The context a default load gives this model (``--ctx 0``), and why."""
+    trained = model.n_ctx_train
+    chosen = default_context(trained, kv_bytes_per_token(model.gguf))
+    per_token = kv_bytes_per_token(model.gguf)
+    return (
+        f"{chosen:,} tokens by default (trained for {trained:,}; KV cache "
+        f"{per_token * chosen / (1 << 30):.2f} GiB at f16); --ctx overrides"
+    )
 
 
 def _cost_profile(report: Report, models: dict[str, Model]) -> dict | None:

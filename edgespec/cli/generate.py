@@ -56,7 +56,9 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     models.add_argument(
         "--draft", default="default", help="catalog name or GGUF path (default: the default draft)"
     )
-    models.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    models.add_argument("--ctx", type=int, default=0,
+                        help="context length in tokens per conversation (default 0: what the model "
+                             "was trained for, bounded by this machine's memory)")  # fmt: skip
     models.add_argument(
         "--n-gpu-layers", type=int, default=-1, help="target layers on the GPU (-1: all, where a GPU exists)"
     )
@@ -223,11 +225,10 @@ def check_decoding_args(args: argparse.Namespace) -> None:
     """Reject bad values before loading gigabytes of model; ``args.drafter`` and
     ``args.gamma`` become the checked values (γ an int unless 'auto')."""
     settings_from_args(args)
-    if args.ctx < 16:
-        raise EdgespecError(f"context length must be at least 16 tokens (got {args.ctx})")
+    check_ctx(args.ctx)
     args.drafter, args.gamma = check_choice(args.drafter, args.gamma, has_draft=_loads_draft(args))
     # A draft must leave room in the context for the token after it.
-    if isinstance(args.gamma, int) and args.gamma >= args.ctx:
+    if isinstance(args.gamma, int) and args.ctx and args.gamma >= args.ctx:
         raise EdgespecError(f"gamma {args.gamma} does not fit in a context of {args.ctx} tokens")
     if args.threads is not None and args.threads < 1:
         raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
@@ -251,6 +252,11 @@ def default_cache_gib() -> float:
     """A quarter of this machine's memory, at most 8 GiB (llama-server's own default)."""
     total = total_memory_bytes()
     return min(8.0, total / 4 / GIB) if total else 2.0
+
+
+def check_ctx(ctx: int) -> None:
+    if ctx != 0 and ctx < 16:
+        raise EdgespecError(f"context length must be at least 16 tokens, or 0 for the model's (got {ctx})")
 
 
 def runtime_options(

@@ -17,7 +17,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from edgespec.api import EdgeSpec
-from edgespec.cli.generate import add_model_flags, cache_options, runtime_options
+from edgespec.cli.generate import add_model_flags, cache_options, check_ctx, runtime_options
 from edgespec.errors import EdgespecError
 
 if TYPE_CHECKING:
@@ -137,8 +137,7 @@ def check_args(args: argparse.Namespace) -> None:
     """One line for a flag out of range; a warning for a public address without a key."""
     if not 1 <= args.port <= 65535:
         raise EdgespecError(f"port must be in 1..65535 (got {args.port})")
-    if args.ctx < 16:
-        raise EdgespecError(f"context length must be at least 16 tokens (got {args.ctx})")
+    check_ctx(args.ctx)
     cache_options(args, serving=True)  # a bad --cache-ram or --cache-dir, before loading
     if args.max_queue < 0:
         raise EdgespecError(f"--max-queue must be >= 0 (got {args.max_queue})")

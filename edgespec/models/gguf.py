@@ -44,6 +44,19 @@ class GGUFInfo:
     data_end: int = 0  # where the last tensor's data ends; 0 when a type size is unknown
 
 
+def kv_bytes_per_token(info: GGUFInfo) -> int:
+    """Bytes an f16 KV cache spends per token of context, from the header's shapes."""
+    meta = info.metadata
+    arch = meta.get("general.architecture", "")
+    layers = int(meta.get(f"{arch}.block_count", 0))  # type: ignore[arg-type]
+    heads = int(meta.get(f"{arch}.attention.head_count", 1)) or 1  # type: ignore[arg-type]
+    heads_kv = int(meta.get(f"{arch}.attention.head_count_kv", heads))  # type: ignore[arg-type]
+    embd = int(meta.get(f"{arch}.embedding_length", 0))  # type: ignore[arg-type]
+    k_dim = int(meta.get(f"{arch}.attention.key_length", embd // heads))  # type: ignore[arg-type]
+    v_dim = int(meta.get(f"{arch}.attention.value_length", embd // heads))  # type: ignore[arg-type]
+    return layers * heads_kv * (k_dim + v_dim) * 2
+
+
 class _Reader:
     """Sequential reads over a memory map: struct.unpack_from avoids a Python read call
     per string, which matters for tokenizer arrays of 150k entries."""

@@ -29,7 +29,8 @@ import numpy as np
 
 from edgespec import crashguard
 from edgespec.errors import EdgespecError
-from edgespec.models.gguf import read_info
+from edgespec.models.gguf import kv_bytes_per_token, read_info
+from edgespec.models.recommend import total_memory_bytes
 from edgespec.runtime import system
 
 if TYPE_CHECKING:
@@ -107,7 +108,8 @@ class LoadOptions:
 
     n_gpu_layers: layers offloaded to the GPU; -1 means all of them where a GPU backend
         (Metal, CUDA) exists, and is ignored on a CPU-only build.
-    n_ctx: context length in tokens (prompt + answer).
+    n_ctx: context length in tokens (prompt + answer); 0: what the model was trained for,
+        bounded by this machine's memory (``default_context``).
     n_threads: CPU threads; None uses every core this process may run on.
     n_batch: largest batch handed to llama.cpp at once (longer prefills are split).
     max_outputs: most logits rows one decode may return; bounds the logits buffer
@@ -116,7 +118,7 @@ class LoadOptions:
     """
 
     n_gpu_layers: int = -1
-    n_ctx: int = 4096
+    n_ctx: int = 0
     n_threads: int | None = None
     n_batch: int = 128
     max_outputs: int = 33
@@ -150,6 +152,7 @@ class Model:
         self.vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self.recurrent = bool(
             llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
@@ -198,11 +201,12 @@ class Model:
         if not self._model:
             raise EdgespecError(f"llama.cpp could not load {self.path}: {_last_log_error()}")
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
-        if opts.n_ctx < 16:
+        n_ctx = opts.n_ctx or default_context(n_ctx_train, kv_bytes_per_token(self.gguf))
+        if n_ctx < 16:
             self.close()
             raise EdgespecError(f"context length must be at least 16 tokens (got {opts.n_ctx})")
         cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = opts.n_ctx if n_ctx_train <= 0 else min(opts.n_ctx, n_ctx_train)
+        cparams.n_ctx = n_ctx if n_ctx_train <= 0 else min(n_ctx, n_ctx_train)
         cparams.n_batch = cparams.n_ubatch = max(opts.n_batch, opts.max_outputs)
         cparams.n_seq_max = 1
         cparams.n_outputs_max = opts.max_outputs
@@ -453,6 +457,23 @@ class Model:
             common = self.prompt_cache.exchange(self, tokens[: len(tokens) - 1], common)
         self.keep(common)
         return common
+
+
+# The KV cache of one model may take this share of the machine's memory by default (a
+# pair: twice that), so a default context never pushes the weights out of memory.
+KV_MEMORY_SHARE = 1 / 8
+FALLBACK_CONTEXT = 4096  # for a model that does not say what it was trained for
+
+
+def default_context(n_ctx_train: int, kv_per_token: int, memory: int | None = None) -> int:
+    """The trained context, bounded by ``KV_MEMORY_SHARE`` of ``memory`` (this machine's,
+    by default), in whole 256-token blocks and never under 2,048."""
+    trained = n_ctx_train if n_ctx_train > 0 else FALLBACK_CONTEXT
+    memory = total_memory_bytes() if memory is None else memory
+    if memory <= 0 or kv_per_token <= 0:
+        return trained
+    fits = int(memory * KV_MEMORY_SHARE // kv_per_token) // 256 * 256
+    return min(trained, max(fits, 2048))
 
 
 def common_prefix(a: list[int], b: list[int], limit: int | None = None) -> int:

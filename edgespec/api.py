@@ -52,7 +52,8 @@ DEFAULT_MAX_GAMMA = MAX_GAMMA
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    n_ctx: int = 0  # 0: what the target was trained for, bounded by memory
+    n_ctx: int = 0  # per answer; 0: what the target was trained for, bounded by memory
+    parallel: int = 1  # answers decoding at once, each in its own sequence of n_ctx
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int = -1
     threads: int | None = None
@@ -77,6 +78,8 @@ class EdgeSpec:
     ):
         if options.max_gamma < 1:
             raise EdgespecError("max gamma must be at least 1")
+        if options.parallel < 1:
+            raise EdgespecError(f"parallel answers must be at least 1 (got {options.parallel})")
         init_backend(options.verbose)
         target_ref = resolve(catalog.default_name("target") if target == DEFAULT else target, quiet=quiet)
         draft_ref = None
@@ -98,6 +101,7 @@ class EdgeSpec:
             n_threads=options.threads,
             max_outputs=options.max_gamma + 1,
             rollback=options.rollback,
+            n_seq=options.parallel,
         )
         self.options = options
         self.target = Model(
@@ -114,8 +118,8 @@ class EdgeSpec:
         if options.cache.ram_bytes > 0 or options.cache.directory is not None:
             self.prompt_cache = PromptCache(options.cache)
             self.prompt_cache.attach(*(m for m in (self.target, self.draft) if m is not None))
-        # One generation at a time per loaded pair: the caches are shared state.
-        self.lock = threading.Lock()
+        # Held, no answer runs on the pair (each other one leases a slot of the engine's).
+        self.lock = self.engine.slots.lock
         # Answers started and not ended, for close to end them (weakly held: an answer
         # that is dropped unread goes with its last reference).
         self._open: weakref.WeakSet[Generation] = weakref.WeakSet()
@@ -231,13 +235,15 @@ class EdgeSpec:
         return answer
 
     def events(self, answer: Generation) -> Iterator[Event]:
-        """Run an answer made by ``start``. Answers on one pair run one at a time (the
-        models' caches are shared state): this waits for the running one to end."""
+        """Run an answer made by ``start`` in a slot of its own (``RuntimeOptions.parallel``
+        answers run at once, taking turns step by step); with every slot taken it waits
+        for one, in arrival order."""
         try:
-            with self.lock:
+            with self.engine.slots.lease(answer.request.prompt, answer.live.cancel) as seq:
+                answer.sequence = seq if seq is not None else 0  # None: stopped, runs nothing
                 yield from answer.events()
-                if self._controller is not None:
-                    self._controller.check_costs()
+            if self._controller is not None:
+                self._controller.check_costs()
         finally:
             with self._open_guard:
                 self._open.discard(answer)

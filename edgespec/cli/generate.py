@@ -260,9 +260,10 @@ def check_ctx(ctx: int) -> None:
 
 
 def runtime_options(
-    args: argparse.Namespace, max_gamma: int = MAX_GAMMA, *, serving: bool = False
+    args: argparse.Namespace, max_gamma: int = MAX_GAMMA, *, serving: bool = False, parallel: int = 1
 ) -> RuntimeOptions:
-    """The runtime the model flags (``add_model_flags``) ask for."""
+    """The runtime the model flags (``add_model_flags``) ask for, with ``parallel`` answers
+    decoding at once."""
     return RuntimeOptions(
         n_ctx=args.ctx,
         n_gpu_layers=args.n_gpu_layers,
@@ -272,6 +273,7 @@ def runtime_options(
         max_gamma=max(max_gamma, 1),
         verbose=args.verbose,
         cache=cache_options(args, serving=serving),
+        parallel=parallel,
     )
 
 

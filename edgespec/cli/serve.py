@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 DEFAULT_HOST = "127.0.0.1"  # loopback: reachable from this machine only
 DEFAULT_PORT = 8080
 DEFAULT_MAX_QUEUE = 8
+DEFAULT_PARALLEL = 4  # as llama-server: a chat and an agent's side requests at once
 
 
 def add_parser(subparsers) -> None:
@@ -41,6 +42,12 @@ def add_parser(subparsers) -> None:
         type=int,
         default=DEFAULT_MAX_QUEUE,
         help=f"requests that may wait for the engine; more get 503 (default {DEFAULT_MAX_QUEUE})",
+    )
+    serve.add_argument(
+        "--parallel",
+        type=int,
+        default=DEFAULT_PARALLEL,
+        help=f"answers decoding at once, each in a slot with its own context (default {DEFAULT_PARALLEL})",
     )
     serve.add_argument("--ui", action="store_true", help="also serve the chat app at / on the same engine")
     add_model_flags(serve)
@@ -76,7 +83,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def load(args: argparse.Namespace) -> EdgeSpec:
     draft = None if args.draft in ("", "none") else args.draft
-    lm = EdgeSpec(args.target, draft, runtime_options(args, serving=True))
+    lm = EdgeSpec(args.target, draft, runtime_options(args, serving=True, parallel=args.parallel))
     # Measured (or read from disk) now, so that /health turns 200 only when the first
     # "auto" answer will not wait for it.
     lm.controller_state()
@@ -139,6 +146,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise EdgespecError(f"port must be in 1..65535 (got {args.port})")
     check_ctx(args.ctx)
     cache_options(args, serving=True)  # a bad --cache-ram or --cache-dir, before loading
+    if not 1 <= args.parallel <= 64:
+        raise EdgespecError(f"--parallel must be in 1..64 (got {args.parallel})")
     if args.max_queue < 0:
         raise EdgespecError(f"--max-queue must be >= 0 (got {args.max_queue})")
     if args.threads is not None and args.threads < 1:

@@ -29,10 +29,18 @@ from edgespec.decoding.penalties import Penalties, Window, transform_row, transf
 from edgespec.decoding.policy import Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.request import Request, prediction_tokens_used
 from edgespec.decoding.sampling import probabilities, sample
+from edgespec.decoding.slots import Turns
 from edgespec.decoding.textstream import TextStream
 from edgespec.runtime.model import DecodeAborted, Model
 
 Scores = list[tuple[float, tuple[tuple[int, float], ...]]]
+
+
+class Pause:
+    """Between two batches of a long prompt: the answer's turn ends, no event is sent."""
+
+
+PAUSE = Pause()
 
 
 class LiveControl:
@@ -98,6 +106,7 @@ class PairView:
     clock: Callable[[], float]
     boundaries: Callable[[list[int]], list[int]]
     max_gamma: int
+    turn: Turns  # one answer's step at a time on the pair, in turn
 
 
 class Generation:
@@ -112,7 +121,9 @@ class Generation:
         self.policy = policy
         self.drafters = drafters
         self.live = LiveControl(request.settings.lenience)
-        self.sequence = 0  # the KV sequence the answer decodes in (one per model, for now)
+        self.sequence = 0  # the KV sequence (slot) the answer decodes in, leased by its runner
+        # Reuse at most this many cached prompt tokens (None: all there are).
+        self.reuse_limit: int | None = None
         self.constraint: Constraint | None = None
         self.rng = np.random.default_rng(request.settings.seed)
         self.text = TextStream(pair.target.piece, request.settings.stop)
@@ -132,16 +143,28 @@ class Generation:
         """Run the answer (once): Token and Step events, then one Done."""
         assert not self._ran, "an answer runs once"
         self._ran = True
-        pair = self.pair
-        pair.target.listen(self.live.cancel)
-        try:
-            yield from self._run()
-        finally:
-            for model in (pair.target, pair.draft):
-                if model is not None:
-                    model.listen(None)
+        steps = self._run()
+        while True:
+            # One step (or one chunk of the prompt) per turn, on the answer's own sequence:
+            # other answers on the pair take their turns between.
+            with self.pair.turn:
+                self._bind(self.live.cancel)
+                try:
+                    event = next(steps)
+                except StopIteration:
+                    return
+                finally:
+                    self._bind(None)
+            if event is not PAUSE:
+                yield event
 
-    def _run(self) -> Iterator[Event]:
+    def _bind(self, cancel: threading.Event | None) -> None:
+        for model in (self.pair.target, self.pair.draft):
+            if model is not None:
+                model.use(self.sequence)
+                model.listen(cancel)
+
+    def _run(self) -> Iterator[Event | Pause]:
         started = self.pair.clock()
         self.policy.begin()
         yield from self._first_token(started)
@@ -162,16 +185,25 @@ class Generation:
 
     # -- the prompt and the first token ---------------------------------------------------
 
-    def _first_token(self, started: float) -> Iterator[Event]:
+    def _first_token(self, started: float) -> Iterator[Event | Pause]:
         """Prefill the target and emit its first token at once: time to first token never
-        includes the draft's prefill."""
+        includes the draft's prefill. A long prompt is read a batch per turn."""
         target, prompt, settings = self.pair.target, list(self.request.prompt), self.settings
         if self.live.stopped:  # withdrawn while it waited for the pair: nothing runs
             self.stop_reason = "cancelled"
             return
-        self.stats.reused_tokens = target.sync(prompt, start=True)
+        self.stats.reused_tokens = target.sync(prompt, start=True, most=self.reuse_limit)
+        rest = prompt[self.stats.reused_tokens :]
         try:
-            logits = target.decode(prompt[self.stats.reused_tokens :], 1)
+            # The same batches one decode of the whole rest would make, so the numbers
+            # are the same; other answers step between them.
+            while len(rest) > target.prefill_chunk:
+                target.decode(rest[: target.prefill_chunk], 0)
+                rest = rest[target.prefill_chunk :]
+                yield PAUSE
+                if self.live.stopped:
+                    raise DecodeAborted()
+            logits = target.decode(rest, 1)
         except DecodeAborted:
             self.stop_reason = "cancelled"
             return

@@ -22,7 +22,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import llama_cpp
 import numpy as np
@@ -33,8 +33,13 @@ from edgespec.models.gguf import kv_bytes_per_token, read_info
 from edgespec.models.recommend import total_memory_bytes
 from edgespec.runtime import system
 
-if TYPE_CHECKING:
-    from edgespec.runtime.prompt_cache import PromptCache
+
+class PromptExchange(Protocol):
+    """What a model asks of the pair's prompt cache (``runtime.prompt_cache``) as an
+    answer starts."""
+
+    def exchange(self, model: Model, wanted: list[int], common: int) -> int: ...
+
 
 ROLLBACK_MODES = ("auto", "truncate", "snapshot")
 LOAD_MODE_READ = 0  # llama_load_mode NONE: read the file, no mmap
@@ -115,6 +120,8 @@ class LoadOptions:
     max_outputs: most logits rows one decode may return; bounds the logits buffer
         (n_vocab floats per row), so it is set to the largest verification batch.
     rollback: "truncate", "snapshot" or "auto" (truncate where the model allows it).
+    n_seq: sequences the context holds, each of n_ctx tokens (one per answer decoding at
+        once: the server's slots).
     """
 
     n_gpu_layers: int = -1
@@ -123,6 +130,7 @@ class LoadOptions:
     n_batch: int = 128
     max_outputs: int = 33
     rollback: str = "auto"
+    n_seq: int = 1
 
 
 @dataclass
@@ -134,7 +142,8 @@ class Snapshot:
 
 
 class Model:
-    """A loaded GGUF model with one context and one sequence (id 0)."""
+    """A loaded GGUF model with one context of ``options.n_seq`` sequences. Every call
+    works on the current sequence (``use``), whose tokens are ``tokens``."""
 
     def __init__(self, path: Path, options: LoadOptions = LoadOptions(), *, name: str = ""):
         if options.rollback not in ROLLBACK_MODES:
@@ -151,7 +160,8 @@ class Model:
         self._load()
         self.vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_seq = max(1, self.options.n_seq)
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx) // self.n_seq  # per sequence
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self.recurrent = bool(
@@ -160,10 +170,12 @@ class Model:
         self.rollback = options.rollback
         if self.rollback == "auto":
             self.rollback = "snapshot" if self.recurrent else "truncate"
+        self.seq = 0  # the current sequence; ``tokens`` and ``_snapshot`` are its
         self.tokens: list[int] = []
         self._snapshot: Snapshot | None = None
+        self._parked: list[tuple[list[int], Snapshot | None]] = [([], None) for _ in range(self.n_seq)]
         # The pair's prompt cache, once one is attached (``PromptCache.attach``).
-        self.prompt_cache: PromptCache | None = None
+        self.prompt_cache: PromptExchange | None = None
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
         # The cancel token of the answer decoding on this model now (see ``listen``): a
@@ -201,14 +213,18 @@ class Model:
         if not self._model:
             raise EdgespecError(f"llama.cpp could not load {self.path}: {_last_log_error()}")
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
-        n_ctx = opts.n_ctx or default_context(n_ctx_train, kv_bytes_per_token(self.gguf))
+        # The default is per sequence: n_seq of them share the memory bound.
+        n_ctx = opts.n_ctx or default_context(n_ctx_train, kv_bytes_per_token(self.gguf) * max(1, opts.n_seq))
         if n_ctx < 16:
             self.close()
             raise EdgespecError(f"context length must be at least 16 tokens (got {opts.n_ctx})")
         cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = n_ctx if n_ctx_train <= 0 else min(n_ctx, n_ctx_train)
+        # Each sequence has a stream of its own (not unified): a step attends to its own
+        # conversation's cells only, however long the others are.
+        n_seq = max(1, opts.n_seq)
+        cparams.n_ctx = (n_ctx if n_ctx_train <= 0 else min(n_ctx, n_ctx_train)) * n_seq
         cparams.n_batch = cparams.n_ubatch = max(opts.n_batch, opts.max_outputs)
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = n_seq
         cparams.n_outputs_max = opts.max_outputs
         threads = opts.n_threads or default_threads()
         cparams.n_threads = cparams.n_threads_batch = threads
@@ -219,6 +235,7 @@ class Model:
             raise EdgespecError(f"llama.cpp could not create a context for {self.path}: {_last_log_error()}")
         # llama.cpp may lower n_batch (it is capped by the requested n_ctx): ask what it kept.
         self._batch_capacity = llama_cpp.llama_n_batch(self._ctx)
+        self.prefill_chunk = self._batch_capacity  # what one llama_decode call reads at most
         self._batch = llama_cpp.llama_batch_init(self._batch_capacity, 0, 1)
 
     def close(self) -> None:
@@ -337,7 +354,7 @@ class Model:
             batch.token[i] = token
             batch.pos[i] = pos0 + i
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
+            batch.seq_id[i][0] = self.seq
             batch.logits[i] = i >= first_output
         self._arm_abort(n >= _ABORTABLE_BATCH)
         if crashguard.is_armed():  # skip even the formatting when nobody would read it
@@ -353,7 +370,7 @@ class Model:
     def _recover_after_failed_decode(self) -> None:
         """A fatal or aborted decode may leave part of the batch in memory: cut back to
         what we believe the cache holds."""
-        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self.tokens), -1):
+        if not llama_cpp.llama_memory_seq_rm(self._memory, self.seq, len(self.tokens), -1):
             self.reset()
 
     def _arm_abort(self, armed: bool) -> None:
@@ -370,6 +387,23 @@ class Model:
         of the answer that decodes on this model, handed over as it starts; None when no
         answer does."""
         self._cancel = cancel if cancel is not None else threading.Event()
+
+    # -- sequences --------------------------------------------------------------------------
+
+    def use(self, seq: int) -> None:
+        """Make ``seq`` the current sequence: what every later call decodes in, cuts back
+        and saves (an answer binds its own before each of its steps)."""
+        if seq == self.seq:
+            return
+        if not 0 <= seq < self.n_seq:
+            raise ValueError(f"sequence {seq} outside 0..{self.n_seq - 1}")
+        self._parked[self.seq] = (self.tokens, self._snapshot)
+        self.seq = seq
+        self.tokens, self._snapshot = self._parked[seq]
+
+    def sequence_tokens(self, seq: int) -> list[int]:
+        """The tokens sequence ``seq`` holds (the current one's list is ``tokens``)."""
+        return self.tokens if seq == self.seq else self._parked[seq][0]
 
     # -- rollback -----------------------------------------------------------------------
 
@@ -400,23 +434,25 @@ class Model:
 
     def truncate(self, n: int) -> None:
         """Drop every position >= n from the KV cache."""
-        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n, -1):
+        if not llama_cpp.llama_memory_seq_rm(self._memory, self.seq, n, -1):
             raise EdgespecError(
                 f"{self.name}: llama.cpp cannot remove part of this model's sequence; use --rollback snapshot"
             )
         del self.tokens[n:]
 
     def snapshot(self) -> Snapshot:
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, self.seq)
         data = (ctypes.c_uint8 * max(size, 1))()
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, data, size, 0)
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, data, size, self.seq)
         if written != size:
             raise EdgespecError(f"{self.name}: saving the sequence state failed")
         return Snapshot(n_tokens=len(self.tokens), data=data)
 
     def restore(self, snap: Snapshot) -> None:
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
-        if snap.n_tokens and not llama_cpp.llama_state_seq_set_data(self._ctx, snap.data, len(snap.data), 0):
+        llama_cpp.llama_memory_seq_rm(self._memory, self.seq, -1, -1)
+        if snap.n_tokens and not llama_cpp.llama_state_seq_set_data(
+            self._ctx, snap.data, len(snap.data), self.seq
+        ):
             self.tokens = []
             raise EdgespecError(f"{self.name}: restoring the sequence state failed")
         self.tokens = self.tokens[: snap.n_tokens]
@@ -425,15 +461,15 @@ class Model:
     def load_state(self, tokens: list[int], data: ctypes.Array) -> None:
         """Make the sequence hold ``tokens`` from state bytes saved by ``snapshot`` (on this
         model, with these context settings: the prompt cache checks that)."""
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, self.seq, -1, -1)
         self.tokens, self._snapshot = [], None
-        if not llama_cpp.llama_state_seq_set_data(self._ctx, data, len(data), 0):
+        if not llama_cpp.llama_state_seq_set_data(self._ctx, data, len(data), self.seq):
             raise EdgespecError(f"{self.name}: restoring a cached state failed")
         self.tokens = list(tokens)
 
     def reset(self) -> None:
         """Empty the sequence (removing a whole sequence never fails)."""
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, self.seq, -1, -1)
         self.tokens = []
         self._snapshot = None
 
@@ -441,20 +477,23 @@ class Model:
         """(first, last) position llama.cpp holds for the sequence; (-1, -1) when empty.
         Lets tests check the cache against ``tokens`` directly."""
         return (
-            llama_cpp.llama_memory_seq_pos_min(self._memory, 0),
-            llama_cpp.llama_memory_seq_pos_max(self._memory, 0),
+            llama_cpp.llama_memory_seq_pos_min(self._memory, self.seq),
+            llama_cpp.llama_memory_seq_pos_max(self._memory, self.seq),
         )
 
-    def sync(self, tokens: list[int], *, start: bool = False) -> int:
+    def sync(self, tokens: list[int], *, start: bool = False, most: int | None = None) -> int:
         """Make the cache hold a prefix of ``tokens`` as long as possible without decoding,
         always leaving at least one token of ``tokens`` undecoded (its logits are needed).
         Returns how many tokens are reused.
 
         ``start``: the first sync of an answer (its prompt), where the pair's prompt cache
-        may keep what the sequence holds and bring in a stored state sharing more of it."""
-        common = common_prefix(self.tokens, tokens, limit=len(tokens) - 1)
-        if start and self.prompt_cache is not None and self.rollback == "truncate":
-            common = self.prompt_cache.exchange(self, tokens[: len(tokens) - 1], common)
+        may keep what the sequence holds and bring in a stored state sharing more of it.
+        ``most``: reuse no more than this many tokens (a baseline that must pay the prefill
+        the answer it is compared with paid)."""
+        limit = len(tokens) - 1 if most is None else min(len(tokens) - 1, most)
+        common = common_prefix(self.tokens, tokens, limit=limit)
+        if start and self.prompt_cache is not None and self.rollback == "truncate" and most is None:
+            common = self.prompt_cache.exchange(self, tokens[:limit], common)
         self.keep(common)
         return common
 

@@ -1,10 +1,12 @@
-"""One engine, many clients: jobs run one at a time, in the order they arrived.
+"""One engine, many clients: jobs start in the order they arrived, as many at once as the
+pair has slots (``--parallel``), the rest waiting.
 
-A single worker thread owns the engine and takes jobs from a FIFO queue, so the order is
-arrival order by construction (a bare lock would let any waiter win). Each job's events
+One worker thread per slot takes jobs from a FIFO queue, so the order is arrival order by
+construction (a bare lock would let any waiter win); the running answers take turns on
+the pair step by step (``decoding.slots``). Each job's events
 are handed to the request's event loop as they come. A client that goes away cancels its
 job: a waiting job is skipped, a running one's answer is stopped at its next step (its
-own answer: a stop never reaches another front end's), and the engine moves on to the
+own answer: a stop never reaches another front end's), and its worker moves on to the
 next job at once.
 """
 
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 from edgespec.api import EdgeSpec
@@ -53,13 +56,18 @@ class EngineQueue:
         self._guard = threading.Lock()
         self._waiting = 0
         # Jobs holding a place, the running one included, until their Done is sent. Capacity
-        # is counted from this, not from ``_current``: a job the idle worker has not picked up
+        # is counted from this, not from ``_running``: a job an idle worker has not picked up
         # yet, or one whose answer the client already has while the engine tidies up, must
         # not make the next client look like one too many.
         self._admitted = 0
-        self._current: Ticket | None = None
-        self._thread = threading.Thread(target=self._run, name="edgespec-engine", daemon=True)
-        self._thread.start()
+        self._running: set[Ticket] = set()
+        self.workers = lm.engine.slots.count
+        self._threads = [
+            threading.Thread(target=self._run, name=f"edgespec-slot-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def waiting(self) -> int:
@@ -68,9 +76,9 @@ class EngineQueue:
     def submit(self, job: Job) -> Ticket:
         ticket = Ticket(job, asyncio.get_running_loop())
         with self._guard:
-            if self._admitted > self.max_waiting:
+            if self._admitted >= self.max_waiting + self.workers:
                 raise QueueFull(self._waiting)
-            ticket.position = self._waiting + (self._current is not None)
+            ticket.position = self._waiting + len(self._running)
             self._waiting += 1
             self._admitted += 1
         self._jobs.put(ticket)
@@ -89,7 +97,7 @@ class EngineQueue:
                 ticket.answer.stop()  # stops a long prefill too
 
     def shutdown(self, timeout: float = 10.0) -> bool:
-        """Stop the running job, drop the waiting ones; True once the worker has ended."""
+        """Stop the running jobs, drop the waiting ones; True once the workers have ended."""
         while True:  # waiting jobs are not started any more
             try:
                 ticket = self._jobs.get_nowait()
@@ -99,13 +107,16 @@ class EngineQueue:
                 ticket.cancelled.set()
                 ticket.put(None)
         with self._guard:
-            if self._current is not None:
-                self._current.cancelled.set()
-                if self._current.answer is not None:
-                    self._current.answer.stop()
-        self._jobs.put(None)
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+            for running in self._running:
+                running.cancelled.set()
+                if running.answer is not None:
+                    running.answer.stop()
+        for _ in self._threads:
+            self._jobs.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
 
     def _run(self) -> None:
         while True:
@@ -118,7 +129,7 @@ class EngineQueue:
                     continue
                 ticket.started = True
                 self._waiting -= 1
-                self._current = ticket
+                self._running.add(ticket)
             try:
                 if not ticket.cancelled.is_set():
                     self._generate(ticket)
@@ -126,7 +137,7 @@ class EngineQueue:
                 ticket.put(exc)
             finally:
                 with self._guard:
-                    self._current = None
+                    self._running.discard(ticket)
                     self._release(ticket)
                 ticket.put(None)
 

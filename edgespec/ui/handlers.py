@@ -316,12 +316,11 @@ class ChatHandlers:
         answer = self.lm.start(
             self.lm.request(session.last_prompt, settings, drafter="none", gamma=0, chat=True)
         )
+        # Start from the cache the answer started from: right now it also holds the
+        # answer's prompt, and reusing all of it would spare the baseline the prefill the
+        # answer paid, flattering the baseline.
+        answer.reuse_limit = session.last_run.done.stats.reused_tokens
         with self.gate.hold(owner, answer):
-            # Start from the cache the answer started from: right now it also holds the
-            # answer's prompt, and reusing all of it would spare the baseline the prefill
-            # the answer paid, flattering the baseline.
-            with self.lm.lock:
-                self.lm.target.keep(session.last_run.done.stats.reused_tokens)
             done = None
             with closing(self.lm.events(answer)) as events:
                 for event in events:

@@ -1,0 +1,146 @@
+"""Several answers on one pair at once: each leases a sequence of the models' contexts (a
+*slot*) for its whole life, and the answers take turns step by step.
+
+``Slots`` hands out the sequences. A new answer gets the free one whose tokens share the
+longest prefix with its prompt (a conversation that comes back finds its own history
+still there), else the one idle longest; with none free it waits, in arrival order.
+``Turns`` is the fair lock the answers' steps pass through: one step (or one chunk of a
+prefill) runs at a time, and whoever waits longest goes next, so a short question asked
+during a long answer is answered after its own prefill and a step or two of the other.
+Holding every slot (``exclusive``) is how the cost profile is measured and the pair is
+closed without an answer in between.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from edgespec.runtime.model import Model, common_prefix
+
+_POLL_S = 0.05  # how often a waiting answer looks whether it was stopped meanwhile
+
+
+class Turns:
+    """A first-come, first-served lock: a thread that releases it and asks again queues
+    behind those already waiting (a plain lock would let it take the lock straight back)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._issued = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._cond:
+            ticket = self._issued
+            self._issued += 1
+            while ticket != self._serving:
+                self._cond.wait()
+
+    def __exit__(self, *_exc: object) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
+class Slots:
+    """The sequences of a pair's contexts, one per answer running at once."""
+
+    def __init__(self, target: Model):
+        self.target = target
+        self.count = target.n_seq
+        self._cond = threading.Condition()
+        self._free = set(range(self.count))
+        self._last_used = dict.fromkeys(range(self.count), 0)
+        self._tick = itertools.count(1)
+        self._queue = itertools.count()  # arrival numbers: the longest waiting goes first
+        self._waiting: list[int] = []
+        self._exclusive = False
+        self.lock = ExclusiveLock(self)
+
+    @property
+    def busy(self) -> int:
+        return self.count - len(self._free)
+
+    @contextmanager
+    def lease(self, prompt: tuple[int, ...] | list[int], cancel: threading.Event) -> Iterator[int | None]:
+        """A sequence for one answer while the block runs; None when ``cancel`` was set
+        while it waited for one (it then runs nothing)."""
+        seq = self._take(list(prompt), cancel)
+        try:
+            yield seq
+        finally:
+            if seq is not None:
+                self._give_back(seq)
+
+    def _take(self, prompt: list[int], cancel: threading.Event) -> int | None:
+        with self._cond:
+            number = next(self._queue)
+            self._waiting.append(number)
+            try:
+                while self._exclusive or not self._free or self._waiting[0] != number:
+                    if cancel.is_set():
+                        return None
+                    self._cond.wait(_POLL_S)
+                seq = self._choose(prompt)
+                self._free.discard(seq)
+                return seq
+            finally:
+                self._waiting.remove(number)
+                self._cond.notify_all()
+
+    def _choose(self, prompt: list[int]) -> int:
+        def shared(seq: int) -> tuple[int, int]:
+            held = self.target.sequence_tokens(seq)
+            return common_prefix(held, prompt), -self._last_used[seq]
+
+        return max(sorted(self._free), key=shared)
+
+    def _give_back(self, seq: int) -> None:
+        with self._cond:
+            self._free.add(seq)
+            self._last_used[seq] = next(self._tick)
+            self._cond.notify_all()
+
+    def hold_all(self, timeout: float | None = None) -> bool:
+        """Wait until no answer runs and keep new ones waiting (True), or give up after
+        ``timeout`` seconds (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._exclusive or len(self._free) < self.count:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left if left is not None else _POLL_S)
+            self._exclusive = True
+            return True
+
+    def release_all(self) -> None:
+        with self._cond:
+            self._exclusive = False
+            self._cond.notify_all()
+
+
+class ExclusiveLock:
+    """``Slots.hold_all`` as a lock: ``with lm.lock:`` runs with no answer on the pair."""
+
+    def __init__(self, slots: Slots):
+        self._slots = slots
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not blocking:
+            timeout = 0
+        return self._slots.hold_all(None if timeout < 0 else timeout)
+
+    def release(self) -> None:
+        self._slots.release_all()
+
+    def __enter__(self) -> ExclusiveLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()

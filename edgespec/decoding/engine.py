@@ -1,7 +1,8 @@
 """The engine: what lives across answers for one loaded pair (the models, the clock,
-which drafters the pair can have, what each token is for the controller's copy
-boundaries). It makes one ``Generation`` per answer (``start``), which runs the decoding
-loop and owns the answer's state; see ``decoding.generation``.
+which drafters the pair can have and what they share across answers, what each token is
+for the controller's copy boundaries). It makes one ``Generation`` per answer
+(``start``), which runs the decoding loop and owns the answer's state; see
+``decoding.generation``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from edgespec.decoding.events import Event
 from edgespec.decoding.generation import Generation, PairView
 from edgespec.decoding.policy import LINE_BREAK, UNIT_END, FixedPolicy, Policy
 from edgespec.decoding.request import GenerationSettings, Request
+from edgespec.decoding.slots import Slots, Turns
 from edgespec.runtime.model import Model
 
 __all__ = ["Engine"]
@@ -38,7 +40,13 @@ class Engine:
         # The drafters this pair can have, by name, in registry order (each answer gets
         # its own instances of those it can use).
         self.drafters: tuple[str, ...] = registry.available(draft is not None)
+        # What those drafters share across answers (the suffix lookup's index of every
+        # conversation the pair has seen): it lives as long as the pair.
+        self.shared = registry.PairShared()
         self._boundary_of: dict[int, int] = {}
+        # Answers running at once: one sequence (slot) each, one step at a time in turn.
+        self.slots = Slots(target)
+        self.turn = Turns()
 
     def _boundaries(self, tokens: list[int]) -> list[int]:
         """For each token: does it end a sentence or a line, and does it break the line?
@@ -68,9 +76,13 @@ class Engine:
         its policy's drafters are among this pair's), decided step by step by ``policy``
         (target only when None). Nothing runs until its events are read."""
         policy = policy or FixedPolicy("none", 0)
-        pair = PairView(self.target, self.draft, self.clock, self._boundaries, self.max_gamma)
+        pair = PairView(self.target, self.draft, self.clock, self._boundaries, self.max_gamma, self.turn)
         drafters = registry.build(
-            self.drafters, self.target, self.draft, has_grammar=request.settings.grammar is not None
+            self.drafters,
+            self.target,
+            self.draft,
+            has_grammar=request.settings.grammar is not None,
+            shared=self.shared,
         )
         return Generation(pair, request, policy, drafters)
 
@@ -78,7 +90,9 @@ class Engine:
         """The free drafters an answer with ``setup`` has, built and begun as its
         generation builds and begins them: what the benchmark's ceiling and holds judge."""
         names = tuple(name for name in self.drafters if REGISTRY[name].free)
-        drafters = registry.build(names, self.target, self.draft, has_grammar=setup.constraint is not None)
+        drafters = registry.build(
+            names, self.target, self.draft, has_grammar=setup.constraint is not None, shared=self.shared
+        )
         for drafter in drafters.values():
             drafter.begin(setup)
         return drafters

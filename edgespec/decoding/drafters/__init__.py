@@ -18,7 +18,9 @@ from edgespec.decoding.drafters.registry import (
     NONE_COLOUR,
     REGISTRY,
     DrafterSpec,
+    PairShared,
 )
+from edgespec.decoding.drafters.suffix import SuffixDrafter, SuffixIndex
 
 __all__ = [
     "AUTO",
@@ -41,6 +43,9 @@ __all__ = [
     "LookupDrafter",
     "ModelDrafter",
     "NgramDrafter",
+    "PairShared",
     "Proposal",
     "ReflowDrafter",
+    "SuffixDrafter",
+    "SuffixIndex",
 ]

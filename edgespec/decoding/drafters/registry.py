@@ -6,7 +6,7 @@ and one entry here."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from edgespec.decoding.drafters.base import Drafter
@@ -15,12 +15,21 @@ from edgespec.decoding.drafters.grammar import GrammarDrafter
 from edgespec.decoding.drafters.model import ModelDrafter
 from edgespec.decoding.drafters.ngram import NgramDrafter
 from edgespec.decoding.drafters.reflow import ReflowDrafter
+from edgespec.decoding.drafters.suffix import SuffixDrafter, SuffixIndex
 
 if TYPE_CHECKING:
     from edgespec.runtime.model import Model
 
 NONE, AUTO = "none", "auto"  # no drafting (target only), and the controller's choice
 NONE_COLOUR = "#9ca3af"  # target tokens with no draft behind them
+
+
+@dataclass(frozen=True)
+class PairShared:
+    """What the drafters of a loaded pair share across its answers: the engine owns one
+    and hands it to every answer's factories."""
+
+    suffixes: SuffixIndex = field(default_factory=SuffixIndex)  # every conversation's recent tokens
 
 
 @dataclass(frozen=True)
@@ -31,8 +40,9 @@ class DrafterSpec:
     name: str
     colour: str  # in the app's step chart and provenance view
     description: str  # one line, for --help and the app
-    # Builds one answer's drafter for a loaded pair: (target, draft model or None).
-    factory: Callable[[Model, Model | None], Drafter]
+    # Builds one answer's drafter for a loaded pair: (target, draft model or None, what
+    # the pair's drafters share across answers).
+    factory: Callable[[Model, Model | None, PairShared], Drafter]
     needs_model: bool = False  # drafts with the draft model: only where one is loaded
     needs_grammar: bool = False  # proposes only for an answer that follows a grammar
     takes_prediction: bool = False  # copies from the request's predicted output
@@ -56,34 +66,40 @@ REGISTRY: dict[str, DrafterSpec] = {
             "ngram",
             "#9333ea",
             "copies what followed the answer's last few tokens earlier in the context",
-            lambda target, draft: NgramDrafter(),
+            lambda target, draft, shared: NgramDrafter(),
             takes_prediction=True,
         ),
         DrafterSpec(
             "reflow",
             "#db2777",
             "the same lookup on text blind to line wrapping (reflowed paragraphs)",
-            lambda target, draft: ReflowDrafter(target),
+            lambda target, draft, shared: ReflowDrafter(target),
         ),
         DrafterSpec(
             "copy",
             "#ea580c",
             "follows a source the answer is rewriting, across its edits (and a predicted output)",
-            lambda target, draft: CopyDrafter(),
+            lambda target, draft, shared: CopyDrafter(),
             takes_prediction=True,
+        ),
+        DrafterSpec(
+            "suffix",
+            "#ca8a04",
+            "copies what followed the answer's last tokens in the pair's earlier conversations",
+            lambda target, draft, shared: SuffixDrafter(shared.suffixes),
         ),
         DrafterSpec(
             "grammar",
             "#059669",
             "what the answer's grammar forces (JSON keys and punctuation), and values copied between",
-            lambda target, draft: GrammarDrafter(target),
+            lambda target, draft, shared: GrammarDrafter(target),
             needs_grammar=True,
         ),
         DrafterSpec(
             "model",
             "#2563eb",
             "the small draft model of the target's vocabulary, drafting token by token",
-            lambda target, draft: ModelDrafter(draft, target),  # type: ignore[arg-type]
+            lambda target, draft, shared: ModelDrafter(draft, target),  # type: ignore[arg-type]
             needs_model=True,
             free=False,
         ),
@@ -106,12 +122,19 @@ def available(has_draft: bool) -> tuple[str, ...]:
 
 
 def build(
-    names: tuple[str, ...], target: Model, draft: Model | None, *, has_grammar: bool
+    names: tuple[str, ...],
+    target: Model,
+    draft: Model | None,
+    *,
+    has_grammar: bool,
+    shared: PairShared | None = None,
 ) -> dict[str, Drafter]:
     """One answer's drafters among ``names``: those the answer can use (a grammar's only
-    where it has one), by name, in registry order."""
+    where it has one), by name, in registry order, over what the pair's drafters share
+    (without ``shared``, nothing: the answer alone, as in a test)."""
+    shared = shared if shared is not None else PairShared()
     return {
-        name: REGISTRY[name].factory(target, draft)
+        name: REGISTRY[name].factory(target, draft, shared)
         for name in names
         if not REGISTRY[name].needs_grammar or has_grammar
     }

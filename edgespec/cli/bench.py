@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
-from edgespec.bench import llamacpp
+from edgespec.bench import llamacpp, sessions
 from edgespec.bench.corpus import CATEGORIES, SPLITS, select
 from edgespec.bench.regimes import REGIMES, pair_for
 from edgespec.bench.runner import (
@@ -134,7 +134,8 @@ def add_parser(subparsers) -> None:
                        help=f"also run the sampling set at T={SAMPLING[0].temperature}")  # fmt: skip
     bench.add_argument("--seed", type=int, default=1, help="seed of the first repeat's sampling runs")
     bench.add_argument("--repeats", type=int, default=1, help="runs of each configuration per prompt")
-    bench.add_argument("--max-tokens", type=int, default=128, help="tokens per run (default 128)")
+    bench.add_argument("--max-tokens", type=int, default=None,
+                       help="tokens per run (default 128; with --sessions 64)")  # fmt: skip
     bench.add_argument("--ctx", type=int, default=4096)
     bench.add_argument("--threads", type=int, default=None)
     bench.add_argument("--n-gpu-layers", type=int, default=-1)
@@ -148,6 +149,7 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--llamacpp-build", action="store_true",
                        help="build llama.cpp's llama-speculative-simple (minutes, once) and stop; "
                             "with --llamacpp, then run the benchmark with it")  # fmt: skip
+    sessions.add_arguments(bench)
     bench.set_defaults(handler=run)
 
 
@@ -184,6 +186,9 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sessions is not None:  # whole sessions against servers: bench/sessions.py
+        return sessions.run_from_args(args)
+    args.max_tokens = 128 if args.max_tokens is None else args.max_tokens
     check_args(args)
     if args.llamacpp_build and args.llamacpp is None:
         # A set-up step on its own: building is minutes, a whole benchmark is an hour.

@@ -1,4 +1,4 @@
-"""Many clients, one engine: a real ``edgespec serve --max-queue 1`` serves requests one
+"""Many clients, one slot: a real ``edgespec serve --max-queue 1 --parallel 1`` serves requests one
 at a time in arrival order, turns away what does not fit in its queue, and lets a client
 that hangs up free the engine at once."""
 
@@ -27,7 +27,7 @@ LONG = {
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with serve("--max-queue", "1") as running:
+    with serve("--max-queue", "1", "--parallel", "1") as running:
         yield running
 
 

@@ -335,7 +335,7 @@ def test_server_commands():
     assert PORT in command and "8192" in command
     llama = llama_server_command(Path("/bin/llama-server"), Path("t.gguf"), Path("d.gguf"), settings, "-v")
     text = " ".join(llama)
-    for part in ("-m t.gguf", "-md d.gguf", "-np 4", "-kvu", "--cache-ram 2048", "-c 8192", "-t 2",
+    for part in ("-m t.gguf", "-md d.gguf", "-np 4", "-kvu", "--cache-ram 2048", "-c 32768", "-t 2",
                  f"--port {PORT}", "--host 127.0.0.1"):  # fmt: skip
         assert part in text
     assert "-md" not in llama_server_command(Path("s"), Path("t.gguf"), None, settings)

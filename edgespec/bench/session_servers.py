@@ -378,10 +378,12 @@ def llama_server_command(
     binary: Path, target: Path, draft: Path | None, settings: Settings, extra: str = ""
 ) -> tuple[str, ...]:
     """llama-server on the same GGUFs, context and threads, with its prompt cache in RAM.
-    ``-kvu``: the slots share one KV pool of ``ctx`` tokens, as edgespec's one context does
-    (without it, each of the 4 slots would get a quarter, too small for a session)."""
+    ``--ctx`` is per conversation for both: edgespec gives each of its slots that much;
+    llama-server's 4 slots share one pool (``-kvu``) of 4 × ``ctx`` tokens, the same memory,
+    each slot free to use up to all of it."""
     threads = str(settings.threads)
-    command = [str(binary), "-m", str(target), "-c", str(settings.ctx), "-np", str(LLAMA_SERVER_SLOTS),
+    pool = str(settings.ctx * LLAMA_SERVER_SLOTS)
+    command = [str(binary), "-m", str(target), "-c", pool, "-np", str(LLAMA_SERVER_SLOTS),
                "-kvu", "--cache-ram", str(LLAMA_SERVER_CACHE_MIB), "--host", "127.0.0.1", "--port", PORT,
                "-t", threads, "-tb", threads]  # fmt: skip
     if draft is not None:

@@ -45,7 +45,7 @@ class Engine:
         self.shared = registry.PairShared()
         self._boundary_of: dict[int, int] = {}
         # Answers running at once: one sequence (slot) each, one step at a time in turn.
-        self.slots = Slots(target)
+        self.slots = Slots(target.n_seq, target.sequence_tokens)
         self.turn = Turns()
 
     def _boundaries(self, tokens: list[int]) -> list[int]:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from edgespec.runtime.model import Model, common_prefix
+from edgespec.runtime.model import common_prefix
 
 _POLL_S = 0.05  # how often a waiting answer looks whether it was stopped meanwhile
 
@@ -49,9 +49,10 @@ class Turns:
 class Slots:
     """The sequences of a pair's contexts, one per answer running at once."""
 
-    def __init__(self, target: Model):
-        self.target = target
-        self.count = target.n_seq
+    def __init__(self, count: int, held: Callable[[int], list[int]]):
+        """``count`` sequences; ``held(seq)``: the tokens sequence ``seq`` holds now."""
+        self.count = count
+        self._held = held
         self._cond = threading.Condition()
         self._free = set(range(self.count))
         self._last_used = dict.fromkeys(range(self.count), 0)
@@ -94,8 +95,7 @@ class Slots:
 
     def _choose(self, prompt: list[int]) -> int:
         def shared(seq: int) -> tuple[int, int]:
-            held = self.target.sequence_tokens(seq)
-            return common_prefix(held, prompt), -self._last_used[seq]
+            return common_prefix(self._held(seq), prompt), -self._last_used[seq]
 
         return max(sorted(self._free), key=shared)
 

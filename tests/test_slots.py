@@ -1,0 +1,106 @@
+"""Slots and turns without a model: a new answer gets the free sequence holding the
+longest prefix of its prompt, else the one idle longest; waiting answers are served in
+arrival order; a stopped one stops waiting; the turns go round fairly."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from edgespec.decoding.slots import Slots, Turns
+
+
+def make(held: dict[int, list[int]]) -> Slots:
+    return Slots(len(held), lambda seq: held[seq])
+
+
+def test_a_prompt_goes_to_the_slot_holding_most_of_it():
+    slots = make({0: [1, 2, 3], 1: [1, 2, 9, 9], 2: []})
+    never = threading.Event()
+    with slots.lease([1, 2, 9, 5], never) as seq:
+        assert seq == 1
+        with slots.lease([1, 2, 3, 4], never) as other:
+            assert other == 0
+            assert slots.busy == 2
+
+
+def test_without_a_shared_prefix_the_slot_idle_longest_is_taken():
+    slots = make({0: [], 1: [], 2: []})
+    never = threading.Event()
+    leases = [slots.lease([5], never) for _ in range(3)]
+    taken = [lease.__enter__() for lease in leases]
+    assert sorted(taken) == [0, 1, 2]
+    for i in (2, 0, 1):  # given back in this order: the slot of lease 2 is idle longest
+        leases[i].__exit__(None, None, None)
+    with slots.lease([7], never) as seq:
+        assert seq == taken[2]
+
+
+def test_waiting_answers_are_served_in_arrival_order_and_a_stopped_one_gives_up():
+    slots = make({0: []})
+    never, stopped = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def wait(name: str, cancel: threading.Event) -> None:
+        with slots.lease([1], cancel) as seq:
+            order.append(f"{name}:{seq}")
+
+    with slots.lease([1], never):
+        waiters = []
+        for name, cancel in (("first", never), ("quitter", stopped), ("second", never)):
+            waiters.append(threading.Thread(target=wait, args=(name, cancel)))
+            waiters[-1].start()
+            time.sleep(0.1)  # arrival order
+        stopped.set()
+        waiters[1].join(5)
+        assert order == ["quitter:None"]
+    for waiter in waiters:
+        waiter.join(5)
+    assert order == ["quitter:None", "first:0", "second:0"]
+
+
+def test_holding_all_waits_for_the_running_answer_and_keeps_new_ones_out():
+    slots = make({0: [], 1: []})
+    never = threading.Event()
+    with slots.lease([1], never):
+        assert not slots.hold_all(timeout=0.1)  # an answer runs
+    assert slots.hold_all(timeout=1)
+    got: list[int | None] = []
+    late = threading.Thread(target=lambda: got.extend(_lease_once(slots)))
+    late.start()
+    time.sleep(0.2)
+    assert got == []  # kept out while held
+    slots.release_all()
+    late.join(5)
+    assert got and got[0] is not None
+
+
+def _lease_once(slots: Slots) -> list[int | None]:
+    with slots.lease([1], threading.Event()) as seq:
+        return [seq]
+
+
+def test_turns_go_round_in_the_order_asked():
+    turns = Turns()
+    log: list[str] = []
+    ready = threading.Barrier(3)
+
+    def worker(name: str) -> None:
+        ready.wait()
+        for _ in range(3):
+            with turns:
+                log.append(name)
+                time.sleep(0.01)
+
+    with turns:  # both line up behind this holder
+        threads = [threading.Thread(target=worker, args=(n,)) for n in "ab"]
+        for thread in threads:
+            thread.start()
+        ready.wait()
+        time.sleep(0.2)
+    for thread in threads:
+        thread.join(5)
+    # Neither runs twice in a row while the other waits: a released turn goes to the waiter.
+    assert sorted(log) == ["a"] * 3 + ["b"] * 3
+    assert all(x != y for x, y in itertools.pairwise(log))

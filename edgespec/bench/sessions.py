@@ -28,11 +28,14 @@ carries a prefix over from an earlier run. The workloads and their files are bui
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import secrets
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -413,7 +416,12 @@ def targets_from(args: argparse.Namespace, settings: Settings) -> list[Target]:
 
         pair = pair_for(args.regime, args.target, args.draft)  # f16: converted once, cached
         if not args.url or args.edgespec:
-            command = edgespec_command(pair.target, pair.draft, settings, args.edgespec_args)
+            extra = args.edgespec_args
+            if "--cache-dir" not in extra:  # what a user keeps conversations warm across a restart with
+                kv = tempfile.mkdtemp(prefix="edgespec-sessions-kv-")
+                atexit.register(shutil.rmtree, kv, True)
+                extra = f"{extra} --cache-dir {kv}"
+            command = edgespec_command(pair.target, pair.draft, settings, extra)
             targets.append(Target("edgespec", command=command))
         if args.llama_server is not None:
             binary = llama_server_binary(args.llama_server)

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgespec.cache")
 
 GIB = 1 << 30
-# A state this short is re-read faster than it is copied out and kept.
-MIN_TOKENS = 64
+# A state this short is re-read about as fast as it is copied back: not kept.
+MIN_TOKENS = 16
 # Restoring a stored state copies all of it; a match that saves fewer prompt tokens than
 # this over what the context already holds is prefilled instead.
 MIN_GAIN = 16

@@ -121,3 +121,23 @@ def sse_events(response: httpx.Response) -> Iterator[dict | str]:
             continue
         payload = line[len("data: ") :]
         yield payload if payload == "[DONE]" else json.loads(payload)
+
+
+def ask(server: Server, content: str, max_tokens: int = 12) -> str:
+    """One chat message's answer, through the openai client."""
+    answer = server.client().chat.completions.create(
+        model="default", messages=[{"role": "user", "content": content}], max_tokens=max_tokens
+    )
+    return answer.choices[0].message.content
+
+
+def long_story(max_tokens: int) -> dict:
+    """A streamed request whose answer runs as long as ``max_tokens`` allows."""
+    return {
+        "messages": [
+            {"role": "user", "content": "Write a very long, detailed story about a lighthouse keeper."}
+        ],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "drafter": "none",
+    }

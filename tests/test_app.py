@@ -23,9 +23,10 @@ import pytest
 from gradio_client import Client
 from gradio_client.utils import Status
 
-from edgespec.api import EdgeSpec
+from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, NONE, NONE_COLOUR, REGISTRY
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
+from edgespec.runtime.prompt_cache import GIB, CacheOptions
 from edgespec.ui.answer import AnswerRun
 from edgespec.ui.figures import DRAFTED_NAME, DRAFTER_COLOURS, NO_DRAFT_NAME, gauge_figure, steps_figure
 from edgespec.ui.handlers import View
@@ -287,7 +288,8 @@ def launch(lm: EdgeSpec | None, load_error: str | None = None) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def lm() -> Iterator[EdgeSpec]:
-    model = EdgeSpec(quiet=True)
+    # As app.py loads it: with a prompt cache, so a chat taken up again is warm.
+    model = EdgeSpec(options=RuntimeOptions(n_ctx=4096, cache=CacheOptions(ram_bytes=GIB)), quiet=True)
     yield model
     # A failed test can leave an answer running in Gradio's worker thread: close ends it,
     # and frees the models only once it let go of them.
@@ -362,8 +364,27 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
     assert [m["role"] for m in chat] == ["user", "assistant", "user", "assistant"]
     assert answer_text(chat)
     # The first turn stayed in the caches: most of the second prompt is reused.
-    reused = int(second[OUT["stats"]].split(" reused")[0].rsplit(",", 1)[1].split()[0])
-    assert reused > 30
+    assert reused_tokens(second[OUT["stats"]]) > 30
+
+
+def reused_tokens(stats: str) -> int:
+    return int(stats.split(" reused")[0].rsplit(",", 1)[1].split()[0])
+
+
+@needs_models
+def test_chats_keep_their_histories_and_a_chat_taken_up_again_is_warm(client: Client):
+    first = ask(client, CODE_PROMPT).result(timeout=180)
+    assert answer_text(first[OUT["chatbot"]])
+    opened = client.predict(api_name="/new_chat")
+    assert opened[OUT["chatbot"]] == []
+    ask(client, "Name three colours, one word each.").result(timeout=180)
+    back = client.predict(0, api_name="/open_chat")
+    assert back[OUT["chatbot"]] == first[OUT["chatbot"]]  # the first chat, as it was
+    assert back[-1] == 0
+    again = ask(client, "Now make it multiply instead.").result(timeout=180)
+    assert [m["role"] for m in again[OUT["chatbot"]]] == ["user", "assistant"] * 2
+    # Another conversation ran in between; its history came back from the prompt cache.
+    assert reused_tokens(again[OUT["stats"]]) > 30
 
 
 @needs_models

@@ -56,13 +56,19 @@ def test_a_returning_conversation_is_restored_exactly_from_memory_and_disk(tmp_p
         again.close()
 
 
-def test_untrusted_cache_files_are_named_once_and_never_loaded(tmp_path, caplog):
-    lm = load(tmp_path)
+def write_states(directory) -> None:
+    """Two conversations answered, their states written to ``directory``."""
+    lm = load(directory)
     try:
         ask(lm, A, drafter="none")
         ask(lm, B, drafter="none")
+        assert provenance_of(lm.target).n_ctx == 2048
     finally:
         lm.close()
+
+
+def test_untrusted_cache_files_are_named_once_and_never_loaded(tmp_path, caplog):
+    write_states(tmp_path)
     files = sorted(tmp_path.glob("*.kvstate"))
     assert files
     corrupt = files[0]
@@ -83,13 +89,7 @@ def test_untrusted_cache_files_are_named_once_and_never_loaded(tmp_path, caplog)
 
 
 def test_a_state_of_other_settings_is_refused(tmp_path, caplog):
-    lm = load(tmp_path)
-    try:
-        ask(lm, A, drafter="none")
-        ask(lm, B, drafter="none")
-        assert provenance_of(lm.target).n_ctx == 2048
-    finally:
-        lm.close()
+    write_states(tmp_path)
     caplog.set_level(logging.WARNING, logger="edgespec.cache")
     other = EdgeSpec(
         options=RuntimeOptions(n_ctx=1024, cache=CacheOptions(ram_bytes=GIB, directory=tmp_path)), quiet=True

@@ -11,31 +11,19 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.server_fixtures import Server, serve, sse_events
+from tests.server_fixtures import Server, ask, long_story, serve, sse_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
 ASKS = ["Write a Python function that reverses a string.", "What is the capital of France? One word."]
 # Long enough that finishing it would take far longer than the test allows.
-LONG = {
-    "messages": [{"role": "user", "content": "Write a very long, detailed story about a lighthouse keeper."}],
-    "max_tokens": 1500,
-    "stream": True,
-    "drafter": "none",
-}
+LONG = long_story(1500)
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     with serve("--max-queue", "1", "--parallel", "1") as running:
         yield running
-
-
-def ask(server: Server, content: str, max_tokens: int = 12) -> str:
-    answer = server.client().chat.completions.create(
-        model="default", messages=[{"role": "user", "content": content}], max_tokens=max_tokens
-    )
-    return answer.choices[0].message.content
 
 
 def first_text(events: Iterator[dict | str]) -> None:

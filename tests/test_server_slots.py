@@ -12,30 +12,18 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.server_fixtures import Server, serve, sse_events
+from tests.server_fixtures import Server, ask, long_story, serve, sse_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
 SHORT = "What is the capital of France? One word."
-LONG = {
-    "messages": [{"role": "user", "content": "Write a long, detailed story about a lighthouse keeper."}],
-    "max_tokens": 400,
-    "stream": True,
-    "drafter": "none",
-}
+LONG = long_story(400)
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     with serve("--parallel", "2", "--max-queue", "0") as running:
         yield running
-
-
-def ask(server: Server, content: str, max_tokens: int = 8) -> str:
-    answer = server.client().chat.completions.create(
-        model="default", messages=[{"role": "user", "content": content}], max_tokens=max_tokens
-    )
-    return answer.choices[0].message.content
 
 
 def texts(events: Iterator[dict | str]) -> Iterator[str]:

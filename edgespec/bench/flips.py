@@ -16,8 +16,9 @@ four ways, all against the target alone read cold:
 * ``auto, cached``: both.
 
 A flip is an answer whose tokens differ from the reference's; the rate is flips per 1,000
-tokens compared. Every run is in this one process, on the same loaded pair, interleaved
-per prompt.
+tokens compared. At each flip the target's logits there (read cold) are shown: the gap
+between the reference's token and the other answer's, so a near-tie is told from a bug.
+Every run is in this one process, on the same loaded pair, interleaved per prompt.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.bench.corpus import CATEGORIES, SPLITS, CorpusPrompt, prompt_tokens, select, settings_extras
@@ -41,6 +42,7 @@ class Tally:
     answers: int = 0
     flips: int = 0
     tokens: int = 0  # tokens compared with the reference (up to the first difference)
+    gaps: list[float] = field(default_factory=list)  # the logit gap at each flip
 
     @property
     def per_1000(self) -> float:
@@ -62,6 +64,14 @@ def answer(lm: EdgeSpec, tokens: list[int], prompt: CorpusPrompt, way: tuple[str
     return list(lm.generate(tokens, drafter=drafter, max_tokens=n, **extras).token_ids)
 
 
+def gap_at(lm: EdgeSpec, tokens: list[int], reference: list[int], other: list[int], at: int) -> float:
+    """The target's logit of the reference's token minus the other answer's, at the first
+    position where they differ (``at``, 1-based), read from a cold prefill."""
+    lm.target.reset()
+    row = lm.target.decode([*tokens, *reference[: at - 1]], 1)[0]
+    return float(row[reference[at - 1]] - row[other[at - 1]])
+
+
 def compare(reference: list[int], other: list[int]) -> tuple[bool, int]:
     """(differs, tokens compared): compared up to and including the first difference."""
     for i, (a, b) in enumerate(zip(reference, other, strict=False)):
@@ -77,14 +87,28 @@ def run(lm: EdgeSpec, prompts: list[CorpusPrompt], max_tokens: int) -> dict[str,
         tokens = prompt_tokens(lm, prompt)
         reference = answer(lm, tokens, prompt, REFERENCE, max_tokens)
         for way in WAYS[1:]:
-            differs, compared = compare(reference, answer(lm, tokens, prompt, way, max_tokens))
+            other = answer(lm, tokens, prompt, way, max_tokens)
+            differs, compared = compare(reference, other)
             tally = tallies[label(way)]
             tally.answers += 1
             tally.flips += differs
             tally.tokens += compared
-            mark = "FLIP at token " + str(compared) if differs else "same"
+            mark = "same"
+            if differs and compared <= min(len(reference), len(other)):
+                gap = gap_at(lm, tokens, reference, other, compared)
+                tally.gaps.append(round(gap, 4))
+                mark = f"FLIP at token {compared} (logit gap {gap:.3f})"
+            elif differs:
+                mark = f"FLIP: one answer ends at token {compared}"
             print(f"  {prompt.id:<28} {label(way):<14} {mark}", file=sys.stderr, flush=True)
     return tallies
+
+
+def report(tallies: dict[str, Tally]) -> None:
+    print(f"{'against none, cold':<18} {'answers':>8} {'flips':>6} {'tokens':>7} {'per 1,000':>10}  widest")
+    for name, t in tallies.items():
+        widest = f"{max(map(abs, t.gaps)):.3f}" if t.gaps else "-"
+        print(f"{name:<18} {t.answers:>8} {t.flips:>6} {t.tokens:>7} {t.per_1000:>10.2f}  {widest}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine: {machine()}; {len(prompts)} prompts ({args.split}: {', '.join(args.categories)}), "
               f"{args.max_tokens} tokens, greedy")  # fmt: skip
         tallies = run(lm, prompts, args.max_tokens)
-        print(f"{'against none, cold':<18} {'answers':>8} {'flips':>6} {'tokens':>7} {'per 1,000':>10}")
-        for name, tally in tallies.items():
-            print(f"{name:<18} {tally.answers:>8} {tally.flips:>6} {tally.tokens:>7} {tally.per_1000:>10.2f}")
+        report(tallies)
         if args.json:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump({name: asdict(t) for name, t in tallies.items()}, fh, indent=1)

@@ -41,7 +41,9 @@ def load_pair(args: argparse.Namespace) -> EdgeSpec:
 
     # Idle chats' KV states stay in memory, so a chat taken up again reads only its new turn.
     cache = CacheOptions(ram_bytes=int(default_cache_gib() * GIB))
-    lm = EdgeSpec(target=args.target, draft=args.draft, options=RuntimeOptions(n_ctx=args.ctx, cache=cache))
+    # Gradio runs each event in a thread of its own: the models' calls all go to one.
+    options = RuntimeOptions(n_ctx=args.ctx, cache=cache, engine_thread=True)
+    lm = EdgeSpec(target=args.target, draft=args.draft, options=options)
     # Measure drafting and verification costs now (or load them from an earlier run), so
     # that the first answer with drafter "auto" does not wait for it.
     lm.controller_state()

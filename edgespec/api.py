@@ -22,6 +22,7 @@ import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from edgespec.decoding.auto import PairState
@@ -54,6 +55,9 @@ DEFAULT_MAX_GAMMA = MAX_GAMMA
 class RuntimeOptions:
     n_ctx: int = 0  # per answer; 0: what the target was trained for, bounded by memory
     parallel: int = 1  # answers decoding at once, each in its own sequence of n_ctx
+    # Every model call on one engine thread: for front ends whose answers are read from
+    # several threads (a server, the app); always so with parallel > 1.
+    engine_thread: bool = False
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int = -1
     threads: int | None = None
@@ -113,7 +117,7 @@ class EdgeSpec:
                 draft_ref.path, replace(base, n_gpu_layers=options.n_gpu_layers_draft), name=draft_ref.name
             )
             check_pair(self.target, self.draft)
-        self.engine = Engine(self.target, self.draft)
+        self.engine = Engine(self.target, self.draft, threaded=options.engine_thread or options.parallel > 1)
         self.prompt_cache: PromptCache | None = None
         if options.cache.ram_bytes > 0 or options.cache.directory is not None:
             self.prompt_cache = PromptCache(options.cache)
@@ -133,13 +137,16 @@ class EdgeSpec:
         keep the measurement out of the first answer."""
         if self._controller is None:
             with self.lock:  # never time anything while a generation runs
-                self._controller = PairState.prepare(
+                # Measured on the thread the answers' decodes run on (see ``Turns``).
+                prepare = partial(
+                    PairState.prepare,
                     self.target,
                     self.draft,
                     self.engine.max_gamma + 1,
                     quiet=quiet,
                     notify=lambda note: print(note, file=sys.stderr),
                 )
+                self._controller = self.engine.turn.run(prepare)
         return self._controller
 
     # -- prompts ------------------------------------------------------------------------
@@ -279,6 +286,7 @@ class EdgeSpec:
                 self.prompt_cache = None
         finally:
             self.lock.release()
+        self.engine.turn.close()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()

@@ -288,8 +288,9 @@ def launch(lm: EdgeSpec | None, load_error: str | None = None) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def lm() -> Iterator[EdgeSpec]:
-    # As app.py loads it: with a prompt cache, so a chat taken up again is warm.
-    model = EdgeSpec(options=RuntimeOptions(n_ctx=4096, cache=CacheOptions(ram_bytes=GIB)), quiet=True)
+    # As app.py loads it: a prompt cache (a chat taken up again is warm), one engine thread.
+    options = RuntimeOptions(n_ctx=4096, cache=CacheOptions(ram_bytes=GIB), engine_thread=True)
+    model = EdgeSpec(options=options, quiet=True)
     yield model
     # A failed test can leave an answer running in Gradio's worker thread: close ends it,
     # and frees the models only once it let go of them.
@@ -380,7 +381,12 @@ def test_chats_keep_their_histories_and_a_chat_taken_up_again_is_warm(client: Cl
     ask(client, "Name three colours, one word each.").result(timeout=180)
     back = client.predict(0, api_name="/open_chat")
     assert back[OUT["chatbot"]] == first[OUT["chatbot"]]  # the first chat, as it was
-    assert back[-1] == 0
+    listed = back[-1]  # the list of chats, titled by their first messages, the first one picked
+    assert listed["value"] == 0
+    assert [title for title, _ in listed["choices"]] == [
+        CODE_PROMPT[:39] + "…" if len(CODE_PROMPT) > 40 else CODE_PROMPT,
+        "Name three colours, one word each.",
+    ]
     again = ask(client, "Now make it multiply instead.").result(timeout=180)
     assert [m["role"] for m in again[OUT["chatbot"]]] == ["user", "assistant"] * 2
     # Another conversation ran in between; its history came back from the prompt cache.

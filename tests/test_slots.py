@@ -8,6 +8,8 @@ import itertools
 import threading
 import time
 
+import pytest
+
 from edgespec.decoding.slots import Slots, Turns
 
 
@@ -81,26 +83,39 @@ def _lease_once(slots: Slots) -> list[int | None]:
         return [seq]
 
 
-def test_turns_go_round_in_the_order_asked():
-    turns = Turns()
-    log: list[str] = []
+def test_threaded_turns_run_on_one_thread_in_the_order_asked():
+    turns = Turns(threaded=True)
+    log: list[tuple[str, str]] = []
     ready = threading.Barrier(3)
+
+    def step(name: str) -> None:
+        log.append((name, threading.current_thread().name))
+        time.sleep(0.01)
 
     def worker(name: str) -> None:
         ready.wait()
         for _ in range(3):
-            with turns:
-                log.append(name)
-                time.sleep(0.01)
+            turns.run(step, name)
 
-    with turns:  # both line up behind this holder
+    try:
+        blocker = threading.Event()
+        turns.run(lambda: None)
+        held = threading.Thread(target=turns.run, args=(blocker.wait,))
+        held.start()  # the engine is busy: both workers line up behind it
         threads = [threading.Thread(target=worker, args=(n,)) for n in "ab"]
         for thread in threads:
             thread.start()
         ready.wait()
         time.sleep(0.2)
-    for thread in threads:
-        thread.join(5)
-    # Neither runs twice in a row while the other waits: a released turn goes to the waiter.
-    assert sorted(log) == ["a"] * 3 + ["b"] * 3
-    assert all(x != y for x, y in itertools.pairwise(log))
+        blocker.set()
+        for thread in [held, *threads]:
+            thread.join(5)
+    finally:
+        turns.close()
+    names = [name for name, _ in log]
+    assert sorted(names) == ["a"] * 3 + ["b"] * 3
+    # Neither runs twice in a row while the other waits: an answer that asks again queues.
+    assert all(x != y for x, y in itertools.pairwise(names))
+    assert len({thread for _, thread in log}) == 1  # every step on the one engine thread
+    with pytest.raises(ZeroDivisionError):  # a step's error reaches its caller
+        Turns(threaded=True).run(lambda: 1 / 0)

@@ -274,6 +274,7 @@ def runtime_options(
         verbose=args.verbose,
         cache=cache_options(args, serving=serving),
         parallel=parallel,
+        engine_thread=serving,  # a server's answers are read from many threads
     )
 
 

@@ -30,6 +30,7 @@ class Engine:
         draft: Model | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        threaded: bool = False,
     ):
         self.target = target
         self.draft = draft
@@ -44,9 +45,10 @@ class Engine:
         # conversation the pair has seen): it lives as long as the pair.
         self.shared = registry.PairShared()
         self._boundary_of: dict[int, int] = {}
-        # Answers running at once: one sequence (slot) each, one step at a time in turn.
+        # Answers running at once: one sequence (slot) each, one step at a time in turn
+        # (on one engine thread where several threads drive the pair).
         self.slots = Slots(target.n_seq, target.sequence_tokens)
-        self.turn = Turns()
+        self.turn = Turns(threaded)
 
     def _boundaries(self, tokens: list[int]) -> list[int]:
         """For each token: does it end a sentence or a line, and does it break the line?

@@ -145,18 +145,22 @@ class Generation:
         self._ran = True
         steps = self._run()
         while True:
-            # One step (or one chunk of the prompt) per turn, on the answer's own sequence:
+            # One step (or one batch of the prompt) per turn, on the answer's own sequence:
             # other answers on the pair take their turns between.
-            with self.pair.turn:
-                self._bind(self.live.cancel)
-                try:
-                    event = next(steps)
-                except StopIteration:
-                    return
-                finally:
-                    self._bind(None)
+            event = self.pair.turn.run(self._advance, steps)
+            if event is None:
+                return
             if event is not PAUSE:
                 yield event
+
+    def _advance(self, steps: Iterator[Event | Pause]) -> Event | Pause | None:
+        """The next event (None at the end), with the answer's sequence and cancel token
+        bound to the models meanwhile."""
+        self._bind(self.live.cancel)
+        try:
+            return next(steps, None)
+        finally:
+            self._bind(None)
 
     def _bind(self, cancel: threading.Event | None) -> None:
         for model in (self.pair.target, self.pair.draft):

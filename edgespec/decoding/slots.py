@@ -4,9 +4,13 @@
 ``Slots`` hands out the sequences. A new answer gets the free one whose tokens share the
 longest prefix with its prompt (a conversation that comes back finds its own history
 still there), else the one idle longest; with none free it waits, in arrival order.
-``Turns`` is the fair lock the answers' steps pass through: one step (or one chunk of a
-prefill) runs at a time, and whoever waits longest goes next, so a short question asked
-during a long answer is answered after its own prefill and a step or two of the other.
+``Turns`` runs the answers' steps one at a time, in the order they are asked for: one step
+(or one batch of a prompt) each, whoever waits longest going next, so a short question
+asked during a long answer is answered after its own prefill and a step or two of the
+other. Threaded, every step runs on one engine thread of its own: llama.cpp's CPU backend
+(OpenMP) keeps a team of compute threads per calling thread, and decodes called from
+several threads in turn run 20–30 % slower on a 2-core machine than the same decodes from
+one (measured: docs/sessions.md).
 Holding every slot (``exclusive``) is how the cost profile is measured and the pair is
 closed without an answer in between.
 """
@@ -17,33 +21,40 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TypeVar
 
 from edgespec.runtime.model import common_prefix
 
 _POLL_S = 0.05  # how often a waiting answer looks whether it was stopped meanwhile
 
 
+T = TypeVar("T")
+
+
 class Turns:
-    """A first-come, first-served lock: a thread that releases it and asks again queues
-    behind those already waiting (a plain lock would let it take the lock straight back)."""
+    """Runs one step at a time, first come first served. Threaded: on one engine thread
+    (a one-worker executor, whose queue is first-in first-out: an answer that asks again
+    queues behind those already waiting); else in the caller's thread, for a pair that
+    one thread drives (the CLI, the benchmark)."""
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._issued = 0
-        self._serving = 0
+    def __init__(self, threaded: bool = False):
+        self._engine = ThreadPoolExecutor(1, thread_name_prefix="edgespec-engine") if threaded else None
 
-    def __enter__(self) -> None:
-        with self._cond:
-            ticket = self._issued
-            self._issued += 1
-            while ticket != self._serving:
-                self._cond.wait()
+    @property
+    def threaded(self) -> bool:
+        return self._engine is not None
 
-    def __exit__(self, *_exc: object) -> None:
-        with self._cond:
-            self._serving += 1
-            self._cond.notify_all()
+    def run(self, step: Callable[..., T], *args: object) -> T:
+        """``step(*args)``, in turn; its exception is raised here."""
+        if self._engine is None:
+            return step(*args)
+        return self._engine.submit(step, *args).result()
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.shutdown(wait=False, cancel_futures=True)
 
 
 class Slots:

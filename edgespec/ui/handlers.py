@@ -131,7 +131,9 @@ class ChatHandlers:
         somebody else's answer, say so plainly before ours starts waiting."""
         if self.gate is None or not message or not message.strip():
             return gr.skip()
-        return WAITING_NOTE if self.gate.busy_for_other(owner_of(request)) else gr.skip()
+        assert self.lm is not None
+        full = self.gate.others(owner_of(request)) >= self.lm.engine.slots.count
+        return WAITING_NOTE if full else gr.skip()
 
     def chat(
         self,
@@ -343,9 +345,34 @@ class ChatHandlers:
         if self.gate is not None:
             self.gate.stop(owner_of(request))
         session.reset()
+        return self._opened(session).values()
+
+    def new_chat(self, session: Session, request: gr.Request) -> tuple:
+        """Open an empty chat; the others keep their histories (and, in the pair's slots
+        or prompt cache, their KV states)."""
+        return self._switch(session, None, request)
+
+    def open_chat(self, index: int | None, session: Session, request: gr.Request) -> tuple:
+        """Open one of the tab's chats, as picked in the list."""
+        if index is None or index == session.current:
+            return (*(gr.skip() for _ in View.names()), gr.skip())
+        return self._switch(session, int(index), request)
+
+    def chat_list(self, session: Session) -> Any:
+        return gr.update(choices=session.titles(), value=session.current)
+
+    def _switch(self, session: Session, index: int | None, request: gr.Request) -> tuple:
+        # An answer still streaming in the chat that is left would write into it unseen.
+        if self.gate is not None:
+            self.gate.stop(owner_of(request))
+        session.open_chat(index)
+        return (*self._opened(session).values(), self.chat_list(session))
+
+    def _opened(self, session: Session) -> View:
+        """The panels of the open chat, with no answer's figures yet."""
         return View(
             message="",
-            chatbot=[],
+            chatbot=chat_messages(session.history),
             provenance=provenance_html(None, session.colour),
             gauge=empty_gauge(),
             stats="",
@@ -353,7 +380,7 @@ class ChatHandlers:
             steps_table=[],
             speedup=speedup_markdown(None, session.baseline_rate),
             error="",
-        ).values()
+        )
 
     def set_lenience(self, lenience: float, session: Session) -> None:
         """A running answer reads its live lenience at every step: λ applies from the next."""

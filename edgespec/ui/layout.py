@@ -1,9 +1,10 @@
 """The Gradio chat app: layout and event wiring. Behaviour lives in ``handlers``.
 
 One loaded model pair serves every browser tab. Generations (chat and the baseline
-measurement) share one queue slot, so a second tab waits its turn and sees its place in
-the queue; Stop, Clear, the lenience slider and the colouring toggle bypass the queue so
-they act at once even while an answer streams.
+measurement) share the pair's slots (one for the app alone, ``--parallel`` with ``serve
+--ui``), so a tab beyond them waits its turn and sees its place in the queue. Each tab
+keeps a list of chats; switching, Stop, Clear, the lenience slider and the colouring
+toggle bypass the queue so they act at once even while an answer streams.
 """
 
 from __future__ import annotations
@@ -43,12 +44,15 @@ def build_app(lm: EdgeSpec | None, load_error: str | None = None) -> gr.Blocks:
                 error_markdown(f"The model could not be loaded: {handlers.load_error}"), elem_id="load-error"
             )
         with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=160):
+                chats = _chats_column()
             with gr.Column(scale=3):
                 view = _chat_column()
             with gr.Column(scale=2):
                 view.update(_metrics_column())
         settings = _settings_panel(drafter_choices(lm is None or lm.draft is not None))
-        _wire(demo, handlers, view, settings, session)
+        answered = _wire(demo, handlers, view, settings, session)
+        _wire_chats(handlers, view, chats, session, answered)
     return demo
 
 
@@ -60,6 +64,14 @@ def _header(lm: EdgeSpec | None) -> str:
         f"# edgespec chat\nTarget **{lm.target.name}**, {draft}, context {lm.target.n_ctx} tokens. "
         "Every tab shares this one engine: answers take turns."
     )
+
+
+def _chats_column() -> dict[str, Any]:
+    new = gr.Button("New chat", size="sm", elem_id="new-chat")
+    listed = gr.Radio(
+        choices=Session().titles(), value=0, type="value", label="Chats", elem_id="chats", interactive=True
+    )
+    return {"new": new, "list": listed}
 
 
 def _chat_column() -> dict[str, Any]:
@@ -156,7 +168,8 @@ def _settings_panel(drafters: list[str]) -> dict[str, Any]:
 
 def _wire(
     demo: gr.Blocks, handlers: ChatHandlers, view: dict[str, Any], settings: dict[str, Any], session: gr.State
-) -> None:
+) -> Any:
+    """The chat's events; returns the answer's, for what follows an answer."""
     outputs = [view[name] for name in View.names()]
     chat_inputs = [
         view["message"],
@@ -165,9 +178,11 @@ def _wire(
         view["colour"],
         session,
     ]
-    # Generations share one slot: a second tab queues. It is told so at once (announce,
-    # outside the queue), and Gradio's progress display shows its queue position.
-    engine = {"concurrency_limit": 1, "concurrency_id": ENGINE_QUEUE, "show_progress": "full"}
+    # Generations share the pair's slots (one for the app alone): a tab beyond them queues.
+    # It is told so at once (announce, outside the queue), and Gradio's progress display
+    # shows its queue position.
+    slots = handlers.lm.engine.slots.count if handlers.lm is not None else 1
+    engine = {"concurrency_limit": slots, "concurrency_id": ENGINE_QUEUE, "show_progress": "full"}
     submitted = gr.on(
         [view["message"].submit, view["send"].click],
         handlers.announce,
@@ -177,7 +192,7 @@ def _wire(
         show_progress="hidden",
         api_visibility="private",
     )
-    submitted.then(
+    answered = submitted.then(
         handlers.chat,
         chat_inputs,
         outputs,
@@ -204,3 +219,18 @@ def _wire(
         handlers.recolour, [view["colour"], session], [view["provenance"]], api_name="recolour", **quick
     )
     demo.unload(handlers.unload)
+    return answered
+
+
+def _wire_chats(
+    handlers: ChatHandlers, view: dict[str, Any], chats: dict[str, Any], session: gr.State, answered: Any
+) -> None:
+    """The list of the tab's chats: New chat, picking one, and titles kept current. Not
+    queued: switching acts at once (it stops an answer still streaming in the chat left)."""
+    outputs = [*(view[name] for name in View.names()), chats["list"]]
+    quick = {"queue": False, "show_progress": "hidden"}
+    chats["new"].click(handlers.new_chat, [session], outputs, api_name="new_chat", **quick)
+    chats["list"].input(handlers.open_chat, [chats["list"], session], outputs, api_name="open_chat", **quick)
+    # A chat's title is its first message: shown once its answer is in.
+    answered.then(handlers.chat_list, [session], [chats["list"]], api_visibility="private", **quick)
+    view["clear"].click(handlers.chat_list, [session], [chats["list"]], api_visibility="private", **quick)

@@ -18,7 +18,10 @@ class Session:
     Clear, the lenience slider and the colouring toggle see (and may change) what a running
     generation uses."""
 
-    history: list[dict[str, str]] = field(default_factory=list)  # the conversation sent to the model
+    # The tab's chats, each the conversation sent to the model, and which one is open. A
+    # chat taken up again finds its KV state in a slot or in the pair's prompt cache.
+    chats: list[list[dict[str, str]]] = field(default_factory=lambda: [[]])
+    current: int = 0
     colour: bool = True
     last_run: AnswerRun | None = None  # the latest finished answer (for recolouring, stats)
     current_run: AnswerRun | None = None  # the answer streaming right now
@@ -28,14 +31,54 @@ class Session:
     live: LiveControl | None = None  # the running answer's live control (the lenience slider)
     epoch: int = 0  # bumped by Clear: a generation from an older epoch must not write back
 
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """The open chat's conversation."""
+        return self.chats[self.current]
+
+    @history.setter
+    def history(self, messages: list[dict[str, str]]) -> None:
+        self.chats[self.current] = messages
+
+    def titles(self) -> list[tuple[str, int]]:
+        """(title, index) of every chat, for the list beside the chat: its first message."""
+        return [(_title(chat, i), i) for i, chat in enumerate(self.chats)]
+
+    def open_chat(self, index: int | None) -> None:
+        """Open chat ``index``, or a new empty one (None; an empty open chat is reused).
+        What belonged to the chat that was open (its figures) is forgotten."""
+        if index is None:
+            empty = [i for i, chat in enumerate(self.chats) if not chat]
+            if empty:
+                index = empty[0]
+            else:
+                self.chats.append([])
+                index = len(self.chats) - 1
+        if not 0 <= index < len(self.chats):
+            raise IndexError(f"no chat {index}")
+        self.current = index
+        self._forget_answers()
+
     def reset(self) -> None:
-        # The measured baseline survives Clear: it describes this machine, not the chat.
+        """Clear: the open chat starts over."""
         self.history = []
+        self._forget_answers()
+
+    def _forget_answers(self) -> None:
+        # The measured baseline survives: it describes this machine, not the chat.
         self.last_run = None
         self.current_run = None
         self.last_prompt = None
         self.last_settings = None
         self.epoch += 1
+
+
+def _title(chat: list[dict[str, str]], index: int) -> str:
+    first = next((m["content"] for m in chat if m["role"] == "user"), "")
+    words = " ".join(first.split())
+    if not words:
+        return f"Chat {index + 1} (empty)"
+    return words if len(words) <= 40 else words[:39] + "…"
 
 
 class EngineGate:
@@ -58,10 +101,10 @@ class EngineGate:
                 if self._answers.get(owner) is answer:
                     del self._answers[owner]
 
-    def busy_for_other(self, owner: str) -> bool:
-        """Is somebody else's answer running or waiting for the pair?"""
+    def others(self, owner: str) -> int:
+        """How many other tabs' answers are running or waiting for the pair."""
         with self._mutex:
-            return any(other != owner for other in self._answers)
+            return sum(other != owner for other in self._answers)
 
     def stop(self, owner: str) -> bool:
         """End ``owner``'s answer, if it has one."""

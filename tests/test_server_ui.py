@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with serve("--ui") as running:
+    # One slot: the app and an API client then take turns, so a Stop can find an answer
+    # waiting as well as running.
+    with serve("--ui", "--parallel", "1") as running:
         yield running
 
 

@@ -227,6 +227,8 @@ class ReplayedModel:
         self._sequence: list[int] = []
         self._prompt_len = 0
         self._ended = False
+        # A prompt is priced as one pass of the curve: it is decoded in one call.
+        self.prefill_chunk = 1 << 30
 
     def __getattr__(self, name: str):  # piece, is_eog, is_control, tokenize, ...
         return getattr(self.real, name)
@@ -249,8 +251,9 @@ class ReplayedModel:
     def reset(self) -> None:
         self.tokens = []
 
-    def sync(self, tokens: list[int]) -> int:
-        common = common_prefix(self.tokens, tokens, limit=len(tokens) - 1)
+    def sync(self, tokens: list[int], *, start: bool = False, most: int | None = None) -> int:
+        limit = len(tokens) - 1 if most is None else min(len(tokens) - 1, most)
+        common = common_prefix(self.tokens, tokens, limit=limit)
         self.keep(common)
         return common
 

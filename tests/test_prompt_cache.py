@@ -29,8 +29,8 @@ def ask(lm: EdgeSpec, messages, drafter: str = "model"):
     return lm.generate(messages, drafter=drafter, gamma=3, max_tokens=24)
 
 
-def load(directory) -> EdgeSpec:
-    cache = CacheOptions(ram_bytes=GIB, directory=directory)
+def load(directory, ram_bytes: int = GIB) -> EdgeSpec:
+    cache = CacheOptions(ram_bytes=ram_bytes, directory=directory)
     return EdgeSpec(options=RuntimeOptions(n_ctx=2048, cache=cache), quiet=True)
 
 
@@ -54,6 +54,20 @@ def test_a_returning_conversation_is_restored_exactly_from_memory_and_disk(tmp_p
         assert warm.token_ids == before.token_ids
     finally:
         again.close()
+
+
+def test_a_state_pushed_out_of_memory_comes_back_from_its_file(tmp_path):
+    lm = load(tmp_path, ram_bytes=12 << 20)  # room for A's target state (11 MB), not the draft's too
+    try:
+        ask(lm, A)
+        before = ask(lm, A)
+        ask(lm, B)  # A's target state is stored, then pushed out of memory by its draft state
+        assert lm.prompt_cache.describe()["ram_used_mib"] <= 12
+        again = ask(lm, A)
+        assert again.stats.reused_tokens == before.stats.prompt_tokens - 1
+        assert again.token_ids == before.token_ids
+    finally:
+        lm.close()
 
 
 def write_states(directory) -> None:

@@ -144,18 +144,20 @@ class PromptCache:
         size = len(state.data) if state.data is not None else 0
         for gone in self._tree.insert(key, state, size):
             old = gone.value
-            if key[: len(gone.key)] == gone.key:
-                if old.path is not None and old.path != state.path:
-                    self._write_later(old.path, None)
-            elif old.path is not None and old is not state:
+            pushed_out = old is state or key[: len(gone.key)] != gone.key
+            if pushed_out and old.path is not None:
                 old.data = None
                 self._tree.insert(gone.key, old, 0)
+            elif not pushed_out and old.path is not None and old.path != state.path:
+                self._write_later(old.path, None)
 
     def _load(self, key: tuple[int, ...], state: _State) -> ctypes.Array | None:
-        """A disk state's bytes, checked; a file that fails is dropped with one warning."""
-        assert state.path is not None and state.header is not None
+        """A disk state's bytes, checked; a file that fails is dropped with one warning.
+        (A state written in this run and then pushed out of memory has no header read yet.)"""
+        assert state.path is not None
         try:
-            data = state_file.read_payload(state.path, state.header)
+            header = state.header or state_file.read_header(state.path)[0]
+            data = state_file.read_payload(state.path, header)
         except FileNotFoundError:
             self._tree.remove(key)  # trimmed away since it was indexed
             return None

@@ -156,17 +156,15 @@ class Generation:
     def _advance(self, steps: Iterator[Event | Pause]) -> Event | Pause | None:
         """The next event (None at the end), with the answer's sequence and cancel token
         bound to the models meanwhile."""
-        self._bind(self.live.cancel)
+        models = [m for m in (self.pair.target, self.pair.draft) if m is not None]
+        for model in models:
+            model.use(self.sequence)
+            model.listen(self.live.cancel)
         try:
             return next(steps, None)
         finally:
-            self._bind(None)
-
-    def _bind(self, cancel: threading.Event | None) -> None:
-        for model in (self.pair.target, self.pair.draft):
-            if model is not None:
-                model.use(self.sequence)
-                model.listen(cancel)
+            for model in models:
+                model.listen(None)
 
     def _run(self) -> Iterator[Event | Pause]:
         started = self.pair.clock()

@@ -14,6 +14,7 @@ import ipaddress
 import socket
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgespec.api import EdgeSpec
@@ -50,6 +51,18 @@ def add_parser(subparsers) -> None:
         help=f"answers decoding at once, each in a slot with its own context (default {DEFAULT_PARALLEL})",
     )
     serve.add_argument("--ui", action="store_true", help="also serve the chat app at / on the same engine")
+    serve.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE",
+        help="a Jinja chat template file to use instead of the one inside the target's GGUF",
+    )
+    serve.add_argument(
+        "--cors",
+        default="",
+        metavar="ORIGINS",
+        help="let web pages from these origins call the API (comma-separated, or '*' for any)",
+    )
     add_model_flags(serve)
     serve.set_defaults(handler=run_serve)
 
@@ -84,6 +97,8 @@ def bind(host: str, port: int) -> socket.socket:
 def load(args: argparse.Namespace) -> EdgeSpec:
     draft = None if args.draft in ("", "none") else args.draft
     lm = EdgeSpec(args.target, draft, runtime_options(args, serving=True, parallel=args.parallel))
+    if args.chat_template:
+        lm.target.template_override = read_template(args.chat_template)
     # Measured (or read from disk) now, so that /health turns 200 only when the first
     # "auto" answer will not wait for it.
     lm.controller_state()
@@ -99,7 +114,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     sock = bind(args.host, args.port)
     state = ServerState(api_key=args.api_key or None, max_queue=args.max_queue)
-    app = create_app(state)
+    app = create_app(state, cors_origins(args.cors))
     shown = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{shown}:{args.port}"
     loaded: list[EdgeSpec] = []  # the pair, once loaded (the app needs it before serving)
@@ -146,6 +161,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise EdgespecError(f"port must be in 1..65535 (got {args.port})")
     check_ctx(args.ctx)
     cache_options(args, serving=True)  # a bad --cache-ram or --cache-dir, before loading
+    cors_origins(args.cors)
+    if args.chat_template:
+        read_template(args.chat_template)
     if not 1 <= args.parallel <= 64:
         raise EdgespecError(f"--parallel must be in 1..64 (got {args.parallel})")
     if args.max_queue < 0:
@@ -155,6 +173,25 @@ def check_args(args: argparse.Namespace) -> None:
     if not args.api_key and not is_loopback(args.host):
         print(f"edgespec: warning: serving on {args.host} without --api-key: anyone who can reach "
               "this address can use the model", file=sys.stderr)  # fmt: skip
+
+
+def read_template(path: str) -> str:
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgespecError(f"cannot read the chat template {path}: {exc}") from None
+    if not text.strip():
+        raise EdgespecError(f"the chat template {path} is empty")
+    return text
+
+
+def cors_origins(value: str) -> list[str]:
+    """``--cors``: the origins a browser may call the API from ('*': any)."""
+    origins = [origin.strip().rstrip("/") for origin in value.split(",") if origin.strip()]
+    for origin in origins:
+        if origin != "*" and not origin.startswith(("http://", "https://")):
+            raise EdgespecError(f"--cors takes origins like http://localhost:3000 or '*' (got {origin!r})")
+    return origins
 
 
 def mount_chat_app(

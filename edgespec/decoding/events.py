@@ -117,12 +117,14 @@ class Done:
     token_ids: list[int] = field(default_factory=list)
     stop_reason: str = ""  # "eos", "stop_string", "max_tokens", "context_full", "cancelled"
     stats: Stats = field(default_factory=Stats)
+    stop_sequence: str | None = None  # the stop string that ended the answer, if one did
 
     def as_dict(self) -> dict:
         return {
             "text": self.text,
             "token_ids": self.token_ids,
             "stop_reason": self.stop_reason,
+            "stop_sequence": self.stop_sequence,
             "stats": self.stats.as_dict(),
         }
 

@@ -183,6 +183,7 @@ class Generation:
             token_ids=self.generated,
             stop_reason=self.stop_reason,
             stats=self.stats,
+            stop_sequence=self.text.matched,
         )
 
     # -- the prompt and the first token ---------------------------------------------------

@@ -20,6 +20,7 @@ class TextStream:
         self._held = ""  # decoded, not yet released
         self.text = ""  # everything released so far
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def push(self, token: int) -> str:
         """Add a token; return the text that can be released now. After a stop string
@@ -32,8 +33,9 @@ class TextStream:
             out, self._held = self._held, ""
             self.text += out
             return out
-        cut = min((i for i in (self._held.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self._stops if (i := self._held.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda f: f[0])
             out = self._held[:cut]
             self._held = ""
             self.stopped = True

@@ -113,7 +113,7 @@ def render(
     tools: Sequence[Mapping[str, Any]] | None = None,
     **template_kwargs: Any,
 ) -> str:
-    source = model.metadata("tokenizer.chat_template") or CHATML
+    source = model.chat_template or CHATML
     return render_template(
         source,
         messages,

@@ -151,6 +151,7 @@ class Model:
         init_backend(_log_state["verbose"])
         self.path = Path(path)
         self.name = name or self.path.stem
+        self.template_override: str | None = None  # a chat template that replaces the GGUF's
         self.gguf = read_info(self.path)  # one clear line for missing / non-GGUF / truncated
         self.options = options
         self._model = None
@@ -282,6 +283,12 @@ class Model:
     def token_text(self, token: int) -> str:
         raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
         return raw.decode("utf-8", errors="replace") if raw else ""
+
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template in use: one the user gave (``serve --chat-template``), else
+        the GGUF's own."""
+        return self.template_override or self.metadata("tokenizer.chat_template")
 
     def metadata(self, key: str) -> str | None:
         value = self.gguf.metadata.get(key)

@@ -8,33 +8,26 @@ with an OpenAI error body, and the server goes on serving.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec.api import EdgeSpec
-from edgespec.decoding.events import Done, Step, Token
-from edgespec.errors import EdgespecError
-from edgespec.server import chunks
+from edgespec.server import chunks, pipeline
 from edgespec.server.errors import ApiError, error_body
-from edgespec.server.queue import EngineQueue, QueueFull, Ticket
+from edgespec.server.pipeline import RETRY_AFTER_S
+from edgespec.server.queue import EngineQueue
 from edgespec.server.schemas import Job, parse_chat, parse_completion
 
 log = logging.getLogger("edgespec.server")
-
-# Seconds a client turned away (queue full, still loading) is told to wait.
-RETRY_AFTER_S = 5
-# How often a non-streaming request checks whether its client is still there.
-DISCONNECT_POLL_S = 0.25
 
 
 @dataclass
@@ -47,6 +40,7 @@ class ServerState:
     queue: EngineQueue | None = None
     load_error: str | None = None
     started: float = field(default_factory=time.time)
+    ignored_seen: set[str] = field(default_factory=set)  # unknown request fields logged once
 
     @property
     def ready(self) -> bool:
@@ -60,9 +54,18 @@ class ServerState:
         self.queue = EngineQueue(lm, self.max_queue)
 
 
-def create_app(state: ServerState) -> FastAPI:
+def create_app(state: ServerState, cors: list[str] | None = None) -> FastAPI:
+    """``cors``: origins a browser may call the API from (``--cors``; none by default)."""
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.edgespec = state
+    if cors:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=cors,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=[IGNORED_HEADER],
+        )
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -137,38 +140,20 @@ def _engine(state: ServerState) -> EngineQueue:
 
 def _authorize(state: ServerState, request: Request) -> None:
     """Only the API needs the key: /health stays open for supervisors, and the chat app
-    (--ui) is a page in a browser that cannot send a bearer token."""
+    (--ui) is a page in a browser that cannot send a bearer token. The key comes as a
+    bearer token (OpenAI's clients) or in ``x-api-key`` (Anthropic's)."""
     if not state.api_key:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), state.api_key.encode()):
+    if scheme.lower() != "bearer":
+        token = request.headers.get("x-api-key", "")
+    if not hmac.compare_digest(token.strip().encode(), state.api_key.encode()):
         raise ApiError(
             401,
-            "missing or wrong API key: send 'Authorization: Bearer KEY'",
+            "missing or wrong API key: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')",
             code="invalid_api_key",
             headers={"WWW-Authenticate": "Bearer"},
         )
-
-
-# Deeper than any request a client sends (a tool's JSON schema included), and far from
-# Python's recursion limit, which a template or a schema converter would otherwise hit.
-MAX_DEPTH = 64
-
-
-def _check_depth(value: object, depth: int = 0) -> None:
-    """Refuse a body nested deeper than MAX_DEPTH (as a RecursionError, like the parser)."""
-    if depth > MAX_DEPTH:
-        raise RecursionError
-    if isinstance(value, dict):
-        for item in value.values():
-            _check_depth(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_depth(item, depth + 1)
-
-
-def _no_constants(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 async def _complete(state: ServerState, request: Request, parse) -> Response:
@@ -184,105 +169,37 @@ async def _complete(state: ServerState, request: Request, parse) -> Response:
 async def _answer(state: ServerState, request: Request, parse) -> Response:
     _authorize(state, request)
     engine = _engine(state)
-    raw = await request.body()
-    try:
-        body = json.loads(raw, parse_constant=_no_constants)
-    except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN/Infinity, a 5,000-digit number
-        raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "the request body nests too deep to be a request") from None
-    try:
-        _check_depth(body)
-    except RecursionError:
-        raise ApiError(400, "the request body nests too deep to be a request") from None
+    body = await pipeline.read_json(request)
     # Tokenizing renders the chat template: off the event loop, so other clients stay served.
     job: Job = await run_in_threadpool(parse, body, engine.lm)
-    try:
-        ticket = engine.submit(job)
-    except QueueFull:
-        raise ApiError(
-            503,
-            f"the server is busy: {engine.max_waiting} requests are already waiting; retry later",
-            type="server_error",
-            code="queue_full",
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        ) from None
+    ticket = pipeline.submit(engine, job)
+    headers = _ignored(state, job.ignored)
     if job.stream:
         return StreamingResponse(
-            _stream(engine, ticket),
+            _sse(pipeline.stream(engine, ticket)),
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            headers={**headers, **SSE_HEADERS},
         )
-    return await _whole(engine, ticket, request)
+    return JSONResponse(await pipeline.whole(engine, ticket, request), headers=headers)
 
 
-async def _events(ticket: Ticket) -> AsyncIterator[Token | Step | Done]:
-    while True:
-        item = await ticket.events.get()
-        if item is None:
-            return
-        if isinstance(item, Exception):
-            raise item
-        yield item
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+IGNORED_HEADER = "X-Edgespec-Ignored-Fields"
 
 
-def _failure(exc: Exception) -> ApiError:
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, EdgespecError):
-        return ApiError(400, str(exc))
-    log.error("generation failed: %s: %s", type(exc).__name__, exc)
-    return ApiError(500, f"generation failed: {type(exc).__name__}", type="server_error")
+def _ignored(state: ServerState, names: list[str]) -> dict[str, str]:
+    """The request's unknown fields: logged once per name for the server's life, and
+    named on every response that ignored them."""
+    if not names:
+        return {}
+    new = [name for name in names if name not in state.ignored_seen]
+    if new:
+        state.ignored_seen.update(new)
+        log.info("ignoring request fields this server does not know: %s", ", ".join(new))
+    return {IGNORED_HEADER: ", ".join(names)}
 
 
-async def _whole(engine: EngineQueue, ticket: Ticket, request: Request) -> JSONResponse:
-    """A non-streaming answer; a client that hangs up meanwhile cancels its job."""
-
-    async def watch() -> None:
-        while not await request.is_disconnected():
-            await asyncio.sleep(DISCONNECT_POLL_S)
-        engine.cancel(ticket)
-
-    watcher = asyncio.create_task(watch())
-    answer = chunks.Answer(ticket.job, engine.lm.target.piece)
-    done: Done | None = None
-    try:
-        async for event in _events(ticket):
-            if isinstance(event, Done):
-                done = event
-            else:
-                answer.add(event)
-    except Exception as exc:
-        raise _failure(exc) from None
-    finally:
-        watcher.cancel()
-        if done is None:
-            engine.cancel(ticket)
-    if done is None:
-        raise ApiError(500, "the generation ended without an answer", type="server_error")
-    return JSONResponse(answer.whole(done))
-
-
-async def _stream(engine: EngineQueue, ticket: Ticket) -> AsyncIterator[str]:
-    """Server-sent events; Starlette cancels this generator when the client hangs up,
-    and the ``finally`` hands that on to the engine."""
-    job = ticket.job
-    answer = chunks.Answer(job, engine.lm.target.piece)
-    finished = False
-    try:
-        # The role comes first, at once: the client knows it is heard even while queued.
-        if job.kind == "chat":
-            yield chunks.sse(chunks.chunk(job, role=True, text=""))
-        async for event in _events(ticket):
-            found = answer.finish(event) if isinstance(event, Done) else answer.add(event)
-            for piece in found:
-                yield chunks.sse(piece)
-        finished = True
-    except Exception as exc:
-        # Headers are gone already: the error travels as an event, then the stream ends.
-        finished = True
-        yield chunks.sse(_failure(exc).body())
-    finally:
-        if not finished:
-            engine.cancel(ticket)
+async def _sse(items: AsyncIterator[dict]) -> AsyncIterator[str]:
+    async for item in items:
+        yield chunks.sse(item)
     yield chunks.sse("[DONE]")

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from edgespec.decoding.events import Done, Step, Token
-from edgespec.server import fields, toolcalls
+from edgespec.server import fields, reasoning, toolcalls
 from edgespec.server.schemas import Job
 
 FINISH_REASONS = {
@@ -99,7 +99,13 @@ class Speculation:
         }
 
 
-def usage(done: Done) -> dict:
+def _ending(done: Done) -> dict:
+    """Why the answer ended, in edgespec's (llama.cpp's) words beside OpenAI's
+    ``finish_reason``: the other wire formats tell a stop string from an end of turn."""
+    return {"stop_reason": done.stop_reason, "stop_sequence": done.stop_sequence}
+
+
+def usage(done: Done, reasoning_tokens: int = 0) -> dict:
     s = done.stats
     return {
         "prompt_tokens": s.prompt_tokens,
@@ -109,6 +115,7 @@ def usage(done: Done) -> dict:
         "completion_tokens_details": {
             "accepted_prediction_tokens": s.prediction_accepted,
             "rejected_prediction_tokens": s.prediction_rejected,
+            "reasoning_tokens": reasoning_tokens,
         },
     }
 
@@ -178,6 +185,11 @@ class Answer:
         # answer that opens with "{" or "```" is held whole and read both ways at its end.
         self.lead: str | None = "" if self.calls and tools.format == "hermes" else None
         self.held: str | None = None
+        # Thinking text goes out as ``reasoning_content``, apart from the answer.
+        self.thinking = reasoning.ThinkSplitter(
+            job.reasoning if job.kind == "chat" else reasoning.ReasoningSetup()
+        )
+        self.reasoning_tokens = 0
 
     def add(self, event: Token | Step) -> list[dict]:
         """Stream chunks for one event (none for most: text comes with its token)."""
@@ -187,7 +199,20 @@ class Answer:
         if self.logprobs:
             self.tokens.append(event)
             self.pending.append(event)
-        return self._text(event.text) if event.text else []
+        if self.thinking.thinking:
+            self.reasoning_tokens += 1
+        return self._split(self.thinking.feed(event.text)) if event.text else []
+
+    def _split(self, pieces: list[tuple[str, str]]) -> list[dict]:
+        out: list[dict] = []
+        for kind, text in pieces:
+            if kind == "reasoning":
+                piece = chunk(self.job)
+                piece["choices"][0]["delta"] = {"reasoning_content": text}
+                out.append(piece)
+            else:
+                out += self._text(text)
+        return out
 
     def _text(self, text: str) -> list[dict]:
         if self.parser is None:
@@ -229,7 +254,8 @@ class Answer:
 
     def finish(self, done: Done) -> list[dict]:
         """The stream's last chunks: held text and tool calls, the finish reason, usage."""
-        out = self._text(done.tail) if done.tail else []
+        out = self._split(self.thinking.feed(done.tail) if done.tail else [])
+        out += self._split(self.thinking.finish())
         reason = finish_reason(done)
         whole = self.held if self.held is not None else self.lead
         if whole is not None:
@@ -245,9 +271,10 @@ class Answer:
             out += [self._delta(delta) for delta in self.parser.finish()]
             reason = self.parser.finish_reason(reason)
         last = chunk(self.job, finish=reason)
+        last["choices"][0] |= _ending(done)
         out.append(self._with_logprobs(last))
         if self.job.include_usage:
-            out.append({**chunk(self.job), "choices": [], "usage": usage(done)})
+            out.append({**chunk(self.job), "choices": [], "usage": usage(done, self.reasoning_tokens)})
         out[-1]["timings"] = timings(done)
         out[-1]["speculation"] = self.speculation.as_dict(self.job, done)
         return out
@@ -258,9 +285,10 @@ class Answer:
         reason = finish_reason(done)
         logprobs = self._logprobs(self.tokens) if self.logprobs else None
         if job.kind == "chat":
-            message: dict[str, Any] = {"role": "assistant", "content": done.text}
+            thought, text = reasoning.split(done.text, job.reasoning)
+            message: dict[str, Any] = {"role": "assistant", "content": text}
             if self.calls:
-                parsed = self._read(done.text)
+                parsed = self._read(text)
                 if parsed.ok and parsed.calls:
                     calls = toolcalls.kept_calls(parsed.calls, job.tools.parallel)
                     message = {
@@ -269,10 +297,14 @@ class Answer:
                         "tool_calls": [call.as_dict() for call in calls],
                     }
                     reason = parsed.finish_reason(reason)
+            if thought is not None:
+                message["reasoning_content"] = thought
             choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": done.text, "logprobs": logprobs, "finish_reason": reason}
-        return _body(job, done, self.speculation, choice)
+        body = _body(job, done, self.speculation, choice | _ending(done))
+        body["usage"] = usage(done, self.reasoning_tokens)
+        return body
 
 
 def read_calls(text: str, fmt: str, names: set[str]) -> toolcalls.Parsed:

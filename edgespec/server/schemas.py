@@ -26,7 +26,7 @@ from edgespec.api import EdgeSpec, settings_from
 from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA
 from edgespec.decoding.request import Request
 from edgespec.errors import EdgespecError, RequestError
-from edgespec.server import fields
+from edgespec.server import fields, reasoning
 from edgespec.server.errors import ApiError, bad_request
 from edgespec.server.tools import ToolSetup, parse_tools
 
@@ -61,6 +61,11 @@ _COMMON = {
     "gamma",
     "verify",
     "lenience",
+    # reasoning models: the chat template's switches (``server.reasoning``)
+    "chat_template_kwargs",
+    "reasoning_effort",
+    "enable_thinking",
+    "reasoning_format",
     # bookkeeping fields that change nothing about the answer
     "user",
     "metadata",
@@ -86,7 +91,6 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "echo": (None, False),
     "suffix": (None, ""),
     "best_of": (None, 1),
-    "reasoning_effort": (None,),
     "web_search_options": (None,),
     "service_tier": (None, "auto", "default"),
 }
@@ -102,6 +106,9 @@ class Job:
     include_usage: bool
     model: str
     tools: ToolSetup = field(default_factory=ToolSetup)
+    reasoning: reasoning.ReasoningSetup = field(default_factory=reasoning.ReasoningSetup)
+    # Request fields the server did not know and ignored (named in a response header).
+    ignored: list[str] = field(default_factory=list)
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -113,28 +120,38 @@ class Job:
 
 def parse_chat(body: Any, lm: EdgeSpec) -> Job:
     body = _object(body)
-    _check_fields(body, _CHAT)
+    ignored = _check_fields(body, _CHAT)
     if "max_completion_tokens" in body and body.get("max_completion_tokens") is not None:
         body = {**body, "max_tokens": body["max_completion_tokens"]}
         param = "max_completion_tokens"
     else:
         param = "max_tokens"
-    tools = parse_tools(body, lm.target.metadata("tokenizer.chat_template"), lm.target.name)
+    template = lm.target.chat_template
+    tools = parse_tools(body, template, lm.target.name)
     messages = body.get("messages")
     if isinstance(messages, str):  # (the Python API's shorthand for one user message)
         raise bad_request("'messages' must be a list of messages", "messages")
+    switches = reasoning.template_switches(body)
     try:
-        tokens = lm.prompt_tokens(messages, chat=True, tools=tools.tools)
+        tokens = lm.prompt_tokens(messages, chat=True, tools=tools.tools, **switches)
     except RequestError as exc:
         raise bad_request(str(exc), exc.param) from None
     except EdgespecError as exc:
         raise bad_request(str(exc), "messages") from None
-    return _job("chat", body, tokens, lm, max_tokens_param=param, tools=tools)
+    job = _job("chat", body, tokens, lm, max_tokens_param=param, tools=tools)
+    job.reasoning = reasoning.reasoning_setup(body, template, _prompt_end(lm, tokens), switches)
+    job.ignored = ignored
+    return job
+
+
+def _prompt_end(lm: EdgeSpec, tokens: list[int], count: int = 8) -> str:
+    """The prompt's last tokens as text, special tokens written out (``<think>``)."""
+    return lm.target.detokenize(tokens[-count:])
 
 
 def parse_completion(body: Any, lm: EdgeSpec) -> Job:
     body = _object(body)
-    _check_fields(body, _TEXT)
+    ignored = _check_fields(body, _TEXT)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]  # a batch of one: the common client shape
@@ -149,24 +166,18 @@ def parse_completion(body: Any, lm: EdgeSpec) -> Job:
         raise bad_request("'prompt' is required", "prompt")
     else:
         raise bad_request("'prompt' must be a string (batches of prompts are not supported)", "prompt")
-    return _job("text", body, tokens, lm, max_tokens_param="max_tokens")
+    job = _job("text", body, tokens, lm, max_tokens_param="max_tokens")
+    job.ignored = ignored
+    return job
 
 
 def check_model(requested: Any, lm: EdgeSpec) -> str:
-    """The served name for ``requested``: the target's catalog name, its file stem, or
-    "default"/absent. Anything else is OpenAI's 404 ``model_not_found``."""
-    if requested is None or requested == DEFAULT_MODEL:
-        return lm.target.name
-    if not isinstance(requested, str):
+    """The served name: any ``model`` is answered by the loaded target (agents name their
+    own models, "claude-…", "gpt-…"), as llama-server does; ``/v1/models`` says what is
+    loaded."""
+    if requested is not None and not isinstance(requested, str):
         raise bad_request("'model' must be a string", "model")
-    if requested in (lm.target.name, lm.target.path.stem, lm.target.path.name):
-        return lm.target.name
-    hint = f"this server answers with {lm.target.name!r}"
-    if lm.draft is not None and requested in (lm.draft.name, lm.draft.path.stem):
-        hint += f" ({requested!r} is its draft model: it only proposes tokens)"
-    raise ApiError(
-        404, f"the model {requested!r} does not exist here; {hint}", param="model", code="model_not_found"
-    )
+    return lm.target.name
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -178,14 +189,19 @@ def _object(body: Any) -> dict:
     return body
 
 
-def _check_fields(body: dict, allowed: set[str]) -> None:
+def _check_fields(body: dict, allowed: set[str]) -> list[str]:
+    """Fields this server does not know, which it ignores (as llama-server and vLLM do:
+    front ends and SDKs add vendor fields of their own); a known field the engine cannot
+    honour, set to something other than its "not used" value, is refused."""
+    ignored = []
     for name, value in body.items():
         if name in _UNSUPPORTED:
             if any(value == ok and type(value) is type(ok) for ok in _UNSUPPORTED[name]) or value is None:
                 continue
             raise bad_request(f"'{name}' is not supported by this server", name, "unsupported_parameter")
         if name not in allowed:
-            raise bad_request(f"unknown field '{name}'", name, "unknown_parameter")
+            ignored.append(name)
+    return ignored
 
 
 def _is_int(value: Any) -> bool:

@@ -1,0 +1,158 @@
+"""One request through the engine, whatever its wire format.
+
+Every endpoint that answers (chat and text completions, Anthropic's Messages, OpenAI's
+Responses) reads its body here, turns it into one ``Job`` and has it answered here: as
+OpenAI chat-completion chunks while it streams, or as one chat-completion body. The
+other wire formats translate those (``server.anthropic``, ``server.responses``), so
+every format gives the same tokens for the same conversation, and tool calls, thinking
+and figures are read in one place (``server.chunks``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import Request
+
+from edgespec.decoding.events import Done, Step, Token
+from edgespec.errors import EdgespecError
+from edgespec.server import chunks
+from edgespec.server.errors import ApiError
+from edgespec.server.queue import EngineQueue, QueueFull, Ticket
+from edgespec.server.schemas import Job
+
+log = logging.getLogger("edgespec.server")
+
+# Seconds a client turned away (queue full, still loading) is told to wait.
+RETRY_AFTER_S = 5
+# How often a non-streaming request checks whether its client is still there.
+DISCONNECT_POLL_S = 0.25
+# Deeper than any request a client sends (a tool's JSON schema included), and far from
+# Python's recursion limit, which a template or a schema converter would otherwise hit.
+MAX_DEPTH = 64
+
+# Called with each finished answer and its speculation summary (the server's metrics).
+OnDone = Callable[[Done, dict], None]
+
+
+async def read_json(request: Request) -> Any:
+    """The request's body as JSON; a 400 naming what is wrong with it otherwise."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw, parse_constant=_no_constants)
+        _check_depth(body)
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN/Infinity, a 5,000-digit number
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "the request body nests too deep to be a request") from None
+    return body
+
+
+def _no_constants(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_depth(value: object, depth: int = 0) -> None:
+    """Refuse a body nested deeper than MAX_DEPTH (as a RecursionError, like the parser)."""
+    if depth > MAX_DEPTH:
+        raise RecursionError
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_depth(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_depth(item, depth + 1)
+
+
+def submit(engine: EngineQueue, job: Job) -> Ticket:
+    try:
+        return engine.submit(job)
+    except QueueFull:
+        raise ApiError(
+            503,
+            f"the server is busy: {engine.max_waiting} requests are already waiting; retry later",
+            type="server_error",
+            code="queue_full",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from None
+
+
+async def _events(ticket: Ticket) -> AsyncIterator[Token | Step | Done]:
+    while True:
+        item = await ticket.events.get()
+        if item is None:
+            return
+        if isinstance(item, Exception):
+            raise item
+        yield item
+
+
+def failure(exc: Exception) -> ApiError:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, EdgespecError):
+        return ApiError(400, str(exc))
+    log.error("generation failed: %s: %s", type(exc).__name__, exc)
+    return ApiError(500, f"generation failed: {type(exc).__name__}", type="server_error")
+
+
+async def whole(engine: EngineQueue, ticket: Ticket, request: Request, on_done: OnDone | None = None) -> dict:
+    """A non-streaming answer's chat-completion body; a client that hangs up meanwhile
+    cancels its job."""
+
+    async def watch() -> None:
+        while not await request.is_disconnected():
+            await asyncio.sleep(DISCONNECT_POLL_S)
+        engine.cancel(ticket)
+
+    watcher = asyncio.create_task(watch())
+    answer = chunks.Answer(ticket.job, engine.lm.target.piece)
+    done: Done | None = None
+    try:
+        async for event in _events(ticket):
+            if isinstance(event, Done):
+                done = event
+            else:
+                answer.add(event)
+    except Exception as exc:
+        raise failure(exc) from None
+    finally:
+        watcher.cancel()
+        if done is None:
+            engine.cancel(ticket)
+    if done is None:
+        raise ApiError(500, "the generation ended without an answer", type="server_error")
+    body = answer.whole(done)
+    if on_done is not None:
+        on_done(done, body["speculation"])
+    return body
+
+
+async def stream(engine: EngineQueue, ticket: Ticket, on_done: OnDone | None = None) -> AsyncIterator[dict]:
+    """The answer as chat-completion chunks (an error, once headers are gone, as an
+    ``{"error": …}`` item, the last). Starlette cancels the consumer when the client hangs
+    up, and the ``finally`` hands that on to the engine."""
+    job = ticket.job
+    answer = chunks.Answer(job, engine.lm.target.piece)
+    finished = False
+    try:
+        # The role comes first, at once: the client knows it is heard even while queued.
+        if job.kind == "chat":
+            yield chunks.chunk(job, role=True, text="")
+        async for event in _events(ticket):
+            found = answer.finish(event) if isinstance(event, Done) else answer.add(event)
+            if isinstance(event, Done) and on_done is not None:
+                on_done(event, found[-1]["speculation"])
+            for piece in found:
+                yield piece
+        finished = True
+    except Exception as exc:
+        finished = True
+        yield failure(exc).body()
+    finally:
+        if not finished:
+            engine.cancel(ticket)

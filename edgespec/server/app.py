@@ -11,8 +11,9 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -181,6 +182,50 @@ async def _answer(state: ServerState, request: Request, parse) -> Response:
             headers={**headers, **SSE_HEADERS},
         )
     return JSONResponse(await pipeline.whole(engine, ticket, request), headers=headers)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """A wire format answered through the chat pipeline (``server.pipeline``): its body
+    translated into a chat body, the chat answer translated back, errors in its shape."""
+
+    translate: Callable[[Any, ServerState], tuple[dict, list[str]]]  # body → (chat body, ignored)
+    whole: Callable[[dict, Any], dict]  # (chat answer, the request's body) → its answer
+    streamer: Callable[[Any], Any]  # the request's body → a translator with feed() and finish()
+    error: Callable[[ApiError], dict]
+
+
+async def _translated(state: ServerState, request: Request, wire: Wire) -> Response:
+    """One request in another wire format; every refusal, even a 500, in that format."""
+    try:
+        _authorize(state, request)
+        engine = _engine(state)
+        body = await pipeline.read_json(request)
+        chat, ignored = wire.translate(body, state)
+        job: Job = await run_in_threadpool(parse_chat, chat, engine.lm)
+        ticket = pipeline.submit(engine, job)
+        headers = _ignored(state, ignored + job.ignored)
+        if job.stream:
+            events = _translated_sse(pipeline.stream(engine, ticket), wire.streamer(body))
+            return StreamingResponse(
+                events, media_type="text/event-stream", headers={**headers, **SSE_HEADERS}
+            )
+        answer = await pipeline.whole(engine, ticket, request)
+        return JSONResponse(wire.whole(answer, body), headers=headers)
+    except ApiError as exc:
+        return JSONResponse(wire.error(exc), status_code=exc.status, headers=exc.headers)
+    except Exception as exc:  # the catch-all: a 500 body, never a traceback to the client
+        log.exception("unexpected error")
+        failure = ApiError(500, f"internal error: {type(exc).__name__}", type="server_error")
+        return JSONResponse(wire.error(failure), status_code=500)
+
+
+async def _translated_sse(items: AsyncIterator[dict], translator: Any) -> AsyncIterator[str]:
+    async for item in items:
+        for event in translator.feed(item):
+            yield event
+    for event in translator.finish():
+        yield event
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

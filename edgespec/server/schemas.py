@@ -126,8 +126,19 @@ def parse_chat(body: Any, lm: EdgeSpec) -> Job:
         param = "max_completion_tokens"
     else:
         param = "max_tokens"
-    template = lm.target.chat_template
-    tools = parse_tools(body, template, lm.target.name)
+    tokens, tools, switches = chat_prompt(body, lm)
+    job = _job("chat", body, tokens, lm, max_tokens_param=param, tools=tools)
+    job.reasoning = reasoning.reasoning_setup(
+        body, lm.target.chat_template, _prompt_end(lm, tokens), switches
+    )
+    job.ignored = ignored
+    return job
+
+
+def chat_prompt(body: dict, lm: EdgeSpec) -> tuple[list[int], ToolSetup, dict[str, Any]]:
+    """A chat body's prompt tokens (its messages and tools through the model's template,
+    with the template switches it asks for), its tools, and those switches."""
+    tools = parse_tools(body, lm.target.chat_template, lm.target.name)
     messages = body.get("messages")
     if isinstance(messages, str):  # (the Python API's shorthand for one user message)
         raise bad_request("'messages' must be a list of messages", "messages")
@@ -138,10 +149,7 @@ def parse_chat(body: Any, lm: EdgeSpec) -> Job:
         raise bad_request(str(exc), exc.param) from None
     except EdgespecError as exc:
         raise bad_request(str(exc), "messages") from None
-    job = _job("chat", body, tokens, lm, max_tokens_param=param, tools=tools)
-    job.reasoning = reasoning.reasoning_setup(body, template, _prompt_end(lm, tokens), switches)
-    job.ignored = ignored
-    return job
+    return tokens, tools, switches
 
 
 def _prompt_end(lm: EdgeSpec, tokens: list[int], count: int = 8) -> str:

@@ -55,7 +55,7 @@ def gpt(server: Server) -> openai.OpenAI:
 def test_anthropic_create_stream_and_count_tokens(server: Server) -> None:
     client = claude(server)
     ask = {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "max_tokens": 24,
         "system": SYSTEM,
         "messages": [{"role": "user", "content": QUESTION}],
@@ -71,7 +71,7 @@ def test_anthropic_create_stream_and_count_tokens(server: Server) -> None:
     assert streamed == text
     assert final.usage.output_tokens == message.usage.output_tokens
     counted = client.messages.count_tokens(
-        model="claude-sonnet-4-5", system=SYSTEM, messages=[{"role": "user", "content": QUESTION}]
+        model="claude-sonnet-4-6", system=SYSTEM, messages=[{"role": "user", "content": QUESTION}]
     )
     usage = message.usage
     assert counted.input_tokens == usage.input_tokens + (usage.cache_read_input_tokens or 0)
@@ -184,7 +184,7 @@ def test_a_claude_code_shaped_request(server: Server) -> None:
         {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
     ]
     body = {
-        "model": "claude-sonnet-4-5-20250929",
+        "model": "claude-sonnet-4-6-20250929",
         "max_tokens": 32,
         "stream": True,
         "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
@@ -338,7 +338,7 @@ def test_greedy_answers_are_equal_across_the_three_endpoints(server: Server) -> 
     message = claude(server).messages.create(
         model="x",
         max_tokens=32,
-        temperature=0,
+        extra_body={"temperature": 0},  # this SDK has no temperature argument
         system=SYSTEM,
         messages=[{"role": "user", "content": QUESTION}],
     )
@@ -354,6 +354,8 @@ def test_litellm_openai_and_anthropic_providers(server: Server) -> None:
     import litellm
 
     messages = [{"role": "user", "content": QUESTION}]
+    # Each answer compared starts from the state this one leaves (see the test above).
+    gpt(server).chat.completions.create(model="x", messages=messages, max_tokens=16, temperature=0)
     via_openai = litellm.completion(
         model="openai/anything",
         api_base=server.base_url,
@@ -363,7 +365,7 @@ def test_litellm_openai_and_anthropic_providers(server: Server) -> None:
         temperature=0,
     )
     via_anthropic = litellm.completion(
-        model="anthropic/claude-sonnet-4-5",
+        model="anthropic/claude-sonnet-4-6",
         api_base=server.url,
         api_key=KEY,
         messages=messages,
@@ -373,7 +375,7 @@ def test_litellm_openai_and_anthropic_providers(server: Server) -> None:
     assert via_openai.choices[0].message.content.strip()
     assert via_anthropic.choices[0].message.content == via_openai.choices[0].message.content
     streamed = litellm.completion(
-        model="anthropic/claude-sonnet-4-5",
+        model="anthropic/claude-sonnet-4-6",
         api_base=server.url,
         api_key=KEY,
         messages=messages,

@@ -1,5 +1,8 @@
 """``edgespec models list | pull NAME | verify [NAME] | path NAME | recommend``.
 
+``recommend`` weighs memory and, on a CPU, the predicted decode rate (``--for PURPOSE``,
+``--min-rate R``: the slowest rate it accepts).
+
 NAME is a catalog name or a Hugging Face hub reference (``owner/repo:QUANT``,
 ``owner/repo/file.gguf``, ``hf://…``), resolved like everywhere else.
 """
@@ -8,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from edgespec.errors import EdgespecError
-from edgespec.models import catalog, fetch, recommend, store
+from edgespec.models import catalog, fetch, recommend, speed, store
 from edgespec.models.resolve import hub_reference, resolve
 from edgespec.progress import byte_bar
 
@@ -30,10 +34,28 @@ def add_parser(subparsers) -> None:
     path = actions.add_parser("path", help="print the local file of a model")
     path.add_argument("name", metavar="NAME", help=_REF_HELP)
     rec = actions.add_parser(
-        "recommend", help="the largest catalog pair this machine's memory runs, and how to pull it"
+        "recommend",
+        help="the largest catalog pair this machine runs at a usable rate, and how to pull it",
     )
     rec.add_argument("--json", action="store_true", help="one JSON object on stdout, for scripts")
+    _add_floor_options(rec)
     models.set_defaults(handler=run)
+
+
+def _add_floor_options(parser: argparse.ArgumentParser) -> None:
+    """``--for PURPOSE`` or ``--min-rate R``: the slowest decode rate a pair may have."""
+    table = speed.floors()
+    purposes = ", ".join(f"{p}: {r:g} tokens/s ({table.meaning[p]})" for p, r in table.rates.items())
+    floor = parser.add_mutually_exclusive_group()
+    floor.add_argument(
+        "--for",
+        dest="purpose",
+        choices=sorted(table.rates),
+        default=None,
+        help=f"what the pair is for, which sets the slowest rate it may decode at on a CPU "
+        f"(before speculation): {purposes}; default {table.default}",
+    )
+    floor.add_argument("--min-rate", type=float, default=None, metavar="R", help="the slowest rate, tokens/s")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,13 +155,55 @@ def _machine() -> recommend.Machine:
     )
 
 
-def _pair_json(pair: recommend.Pair) -> dict:
+def _measured_speed(machine: recommend.Machine) -> tuple[speed.Speed | None, str]:
+    """This machine's seconds per byte of weights for one decoded token, or None and why
+    memory alone decides. A cost profile measured here comes first; else the probe, which
+    says so when other processes took cores from it."""
+    if machine.gpu_offload:
+        return None, (
+            "not predicted on a GPU backend: its memory bandwidth is not measured here, "
+            "so memory alone decides"
+        )
+    from edgespec.decoding.costs import OtherLoad, measured_speed
+
+    found = measured_speed()
+    if found is not None:
+        return found, ""
+    watch = OtherLoad()
+    probed = speed.probe_speed()
+    if probed is None:
+        return None, "not predicted: the memory probe found no room to run, so memory alone decides"
+    others = watch.cores()
+    if others is not None and others > 0.5:
+        probed = replace(probed, source=f"{probed.source}, while other processes used {others:.1f} cores")
+    return probed, ""
+
+
+def _floor(args: argparse.Namespace) -> tuple[float, str]:
+    """The floor in tokens/s, and the phrase that says where it comes from."""
+    if args.min_rate is not None:
+        if not args.min_rate >= 0:
+            raise EdgespecError(f"--min-rate must be a rate of 0 tokens/s or more, not {args.min_rate}")
+        return args.min_rate, "--min-rate"
+    table = speed.floors()
+    purpose = args.purpose or table.default
+    return table.rates[purpose], f"for {purpose}: {table.meaning[purpose]}"
+
+
+def _rate_text(advice: recommend.Recommendation, pair: recommend.Pair) -> str:
+    rate = advice.rate(pair)
+    return f"{speed.format_rate(rate)} tokens/s" if rate is not None else "rate not predicted"
+
+
+def _pair_json(pair: recommend.Pair, advice: recommend.Recommendation) -> dict:
     return {
         "target": pair.target.name,
         "draft": pair.draft.name,
         "memory_gib": pair.memory_gib,
         "download_bytes": pair.download_bytes,
         "description": f"{pair.target.description} + {pair.draft.description}",
+        "tokens_per_second": advice.rate(pair),  # the target alone, before speculation
+        "thinking": pair.target.thinking,
     }
 
 
@@ -147,43 +211,100 @@ def _recommend(args: argparse.Namespace) -> int:
     machine = _machine()
     if not machine.memory_bytes:
         raise EdgespecError("cannot tell this machine's memory, so no pair can be recommended")
-    advice = recommend.recommend(machine)
-    pair = advice.pair
+    found, why_not = _measured_speed(machine)
+    floor, floor_source = _floor(args)
+    advice = recommend.recommend(machine, found, floor)
+    line = recommend.trade(advice, speed.floors().rates["quality"])
     if args.json:
-        out = {
-            "memory_bytes": machine.memory_bytes,
-            "backends": list(machine.backends),
-            "gpu_offload": machine.gpu_offload,
-            "gpu_memory_bytes": machine.gpu_memory_bytes,
-            "gpu_name": machine.gpu_name,
-            "budget_bytes": advice.budget.bytes,
-            "budget": f"{advice.budget.where}: {advice.budget.how}",
-            "pair": _pair_json(pair) if pair else None,
-            "pull": recommend.pull_command(pair) if pair else None,
-            "run": recommend.run_command(pair) if pair else None,
-            "fitting": [_pair_json(p) for p in advice.fitting],
-        }
-        print(json.dumps(out))
-        return 0
+        print(json.dumps(_advice_json(machine, advice, why_not, floor_source, line)))
+    else:
+        _print_advice(machine, advice, why_not, floor_source, line)
+    return 0
+
+
+def _advice_json(
+    machine: recommend.Machine,
+    advice: recommend.Recommendation,
+    why_not: str,
+    floor_source: str,
+    trade: str | None,
+) -> dict:
+    pair = advice.pair
+    return {
+        "memory_bytes": machine.memory_bytes,
+        "backends": list(machine.backends),
+        "gpu_offload": machine.gpu_offload,
+        "gpu_memory_bytes": machine.gpu_memory_bytes,
+        "gpu_name": machine.gpu_name,
+        "budget_bytes": advice.budget.bytes,
+        "budget": f"{advice.budget.where}: {advice.budget.how}",
+        "speed": (
+            {"seconds_per_byte": advice.speed.seconds_per_byte, "source": advice.speed.source}
+            if advice.speed
+            else None
+        ),
+        "speed_note": why_not,  # why no rate is predicted ("" where one is)
+        "floor_tokens_per_second": advice.floor,
+        "floor_source": floor_source,  # the purpose it is for, or --min-rate
+        "below_floor": advice.below_floor,
+        "pair": _pair_json(pair, advice) if pair else None,
+        "trade": trade,
+        "pull": recommend.pull_command(pair) if pair else None,
+        "run": recommend.run_command(pair) if pair else None,
+        "fitting": [_pair_json(p, advice) for p in advice.fitting],
+    }
+
+
+def _print_advice(
+    machine: recommend.Machine,
+    advice: recommend.Recommendation,
+    why_not: str,
+    floor_source: str,
+    trade: str | None,
+) -> None:
     gpu = f", GPU {machine.gpu_name}" if machine.gpu_name else ""
     print(f"machine:   {machine.memory_bytes / recommend.GIB:.1f} GiB memory{gpu}")
     offload = "GPU offload" if machine.gpu_offload else "no GPU offload"
     print(f"backend:   llama.cpp {', '.join(machine.backends)} ({offload})")
     room = advice.budget
     print(f"for models: {room.bytes / recommend.GIB:.1f} GiB of {room.where} ({room.how})")
+    if advice.speed is None:
+        print(f"speed:     {why_not}")
+    else:
+        print(f"floor:     {advice.floor:g} tokens/s before speculation ({floor_source})")
+    pair = advice.pair
     if pair is None:
         smallest = advice.smallest
         need = f"; the smallest needs {smallest.memory_gib:.1f} GiB" if smallest else ""
         print(f"no catalog pair fits{need}; the default pair: edgespec models pull --default")
-        return 0
+        return
+    _print_pair(advice, pair, trade)
+
+
+def _print_pair(advice: recommend.Recommendation, pair: recommend.Pair, trade: str | None) -> None:
     download = f"{pair.download_bytes / 1e9:.1f} GB to download"
     print(
         f"recommended: {pair.target.name} + draft {pair.draft.name} "
         f"({pair.memory_gib:.1f} GiB with a 4096-token KV cache; {download})"
     )
+    rate = advice.rate(pair)
+    if advice.speed is not None and rate is not None:
+        print(
+            f"rate:      about {speed.format_rate(rate)} tokens/s before speculation on this machine, "
+            f"from {advice.speed.source}"
+        )
+    if advice.below_floor:
+        print(f"           no pair that fits reaches {advice.floor:g} tokens/s here: this is the fastest")
+    if pair.target.thinking:
+        print(f"note:      {pair.target.name} thinks aloud: its answers open with thinking text (<think>…)")
+    if trade:
+        print(f"trade:     {trade}")
     print(f"pull it:   {recommend.pull_command(pair)}")
     print(f"run it:    {recommend.run_command(pair)}")
-    others = ", ".join(p.target.name for p in advice.fitting[1:])
+    others = ", ".join(
+        p.target.name + (f" ({_rate_text(advice, p)})" if advice.speed else "")
+        for p in advice.fitting
+        if p is not pair
+    )
     if others:
         print(f"also fits: {others}")
-    return 0

@@ -148,6 +148,8 @@ def run_serve(args: argparse.Namespace) -> int:
         # Free llama.cpp only once no generation can touch it any more; a worker stuck
         # past the timeout is left to the process exit instead of a use-after-free.
         idle = state.queue.shutdown() if state.queue is not None else True
+        # The embedding context borrows the target's weights: it goes before them.
+        app.state.embeddings.close()
         if loaded and idle:
             loaded[0].close()
     if failure:

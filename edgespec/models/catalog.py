@@ -74,6 +74,7 @@ class CatalogModel:
     memory_gib: float = 0.0
     kv_cache_mib: int = 0  # the f16 KV cache of 4096 tokens alone (MiB)
     drafts: tuple[str, ...] = ()  # catalog drafts of the same vocabulary, best first
+    thinking: bool = False  # its answers open with its reasoning (<think>…</think>)
 
     @property
     def size(self) -> int:

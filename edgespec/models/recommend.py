@@ -1,6 +1,6 @@
 """Which catalog pair suits this machine: the largest target (with its first listed
 draft) whose memory needs, KV cache of 4096 tokens included, fit the memory the backend
-can use.
+can use, and which decodes fast enough to use.
 
 The memory a backend can use:
 
@@ -11,21 +11,30 @@ The memory a backend can use:
 - the CPU: 80% of the machine's memory (or of the container's limit), the rest left to
   the system and the programs beside it.
 
+Fast enough: where this machine's seconds per byte of weights are known (``speed.py``:
+from a cost profile measured here, or a memory probe), a pair qualifies when its target
+alone decodes at the floor's rate or faster, before speculation (which speeds decoding
+up by an amount no recommendation can know in advance). Where they are not known (a GPU
+backend, whose memory bandwidth nothing here measures), memory alone decides.
+
 The machine facts are read here (memory, GPU memory); the backend facts come from the
-llama.cpp build (``runtime/system.py``) through the caller.
+llama.cpp build (``runtime/system.py``) and the speed from the cost profiles
+(``decoding/costs``) through the caller.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgespec.models import catalog
 from edgespec.models.catalog import CatalogModel
+from edgespec.models.speed import Speed, format_rate
 
 GIB = 1 << 30
 CPU_SHARE = 0.8
@@ -133,23 +142,84 @@ def pairs() -> list[Pair]:
 
 @dataclass(frozen=True)
 class Recommendation:
+    """The pair for this machine, and what it was chosen among and by."""
+
     budget: Budget
-    pair: Pair | None  # the largest target that fits; None when none does
-    fitting: list[Pair]  # every pair that fits, largest first
+    pair: Pair | None  # the largest pair that fits and reaches the floor, else the fastest that fits
+    fitting: list[Pair]  # every pair that fits memory, largest first
     smallest: Pair | None
+    speed: Speed | None = None  # None: memory alone decides
+    floor: float = 0.0  # tokens/s the target must decode at alone, before speculation
+
+    def rate(self, pair: Pair) -> float | None:
+        """The target's predicted tokens/s before speculation; None where not predicted."""
+        return self.speed.rate(pair.target) if self.speed is not None else None
+
+    def pick_at(self, floor: float) -> Pair | None:
+        """The pair this machine gets at ``floor`` tokens/s."""
+        return _choose(self.fitting, self.speed, floor)
+
+    @property
+    def below_floor(self) -> bool:
+        """No pair that fits reaches the floor: the pair is the fastest that fits."""
+        rate = self.rate(self.pair) if self.pair is not None else None
+        return rate is not None and rate < self.floor
+
+    @property
+    def passed_over(self) -> Pair | None:
+        """The largest pair that fits memory, where the floor chose a smaller one."""
+        if self.pair is None or self.fitting[0].target.size <= self.pair.target.size:
+            return None
+        return self.fitting[0]
 
 
-def recommend(machine: Machine) -> Recommendation:
+def _choose(fitting: list[Pair], speed: Speed | None, floor: float) -> Pair | None:
+    """The first of ``fitting`` (largest first) whose target decodes at ``floor`` or faster
+    (or whose rate cannot be predicted: its size is unknown); where none does, the fastest
+    (the smallest target; among equals the catalog's order)."""
+    for pair in fitting:
+        rate = speed.rate(pair.target) if speed is not None else None
+        if rate is None or rate >= floor:
+            return pair
+    return min(fitting, key=lambda p: p.target.size) if fitting else None
+
+
+def recommend(machine: Machine, speed: Speed | None = None, floor: float = 0.0) -> Recommendation:
+    """The largest pair that fits ``machine``'s memory and, where ``speed`` is known,
+    decodes at ``floor`` tokens/s or faster before speculation."""
     room = budget(machine)
     every = pairs()
     # Largest target first; among equals the catalog's order decides.
     fitting = sorted((p for p in every if p.memory_gib * GIB <= room.bytes), key=lambda p: -p.target.size)
-    return Recommendation(
+    advice = Recommendation(
         budget=room,
-        pair=fitting[0] if fitting else None,
+        pair=None,
         fitting=fitting,
         smallest=min(every, key=lambda p: p.memory_gib) if every else None,
+        speed=speed,
+        floor=floor,
     )
+    return replace(advice, pair=advice.pick_at(floor))
+
+
+def trade(advice: Recommendation, quality_floor: float) -> str | None:
+    """One line on what the floor gives up: the largest pair that fits memory but decodes
+    below it, its rate, and the option that picks it (``--for quality`` when its floor,
+    ``quality_floor``, lets it through; else the pair that option would pick, and the
+    ``--min-rate`` that picks the largest)."""
+    big = advice.passed_over
+    rate = advice.rate(big) if big is not None else None
+    if big is None or rate is None:
+        return None
+    thinks = " (and its answers open with thinking text)" if big.target.thinking else ""
+    line = f"{big.target.name} fits memory but would answer at about {format_rate(rate)} tokens/s{thinks}"
+    if advice.floor > quality_floor and rate >= quality_floor:
+        return f"{line}; `--for quality` picks it"
+    middle = advice.pick_at(quality_floor) if advice.floor > quality_floor else None
+    if middle is not None and middle != advice.pair:
+        middle_rate = format_rate(advice.rate(middle) or 0.0)
+        line += f"; `--for quality` picks {middle.target.name} (about {middle_rate} tokens/s)"
+    return f"{line}; `--min-rate {math.floor(rate * 10) / 10:g}` picks it"
 
 
 def pull_command(pair: Pair) -> str:

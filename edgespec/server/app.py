@@ -11,9 +11,8 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -22,11 +21,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec.api import EdgeSpec
-from edgespec.server import chunks, pipeline
+from edgespec.server import anthropic, chunks, pipeline, wires
 from edgespec.server.errors import ApiError, error_body
+from edgespec.server.extras import add_extra_routes
+from edgespec.server.metrics import Metrics, track_requests
 from edgespec.server.pipeline import RETRY_AFTER_S
 from edgespec.server.queue import EngineQueue
-from edgespec.server.schemas import Job, parse_chat, parse_completion
+from edgespec.server.responses import ResponseStore
+from edgespec.server.schemas import Job, chat_prompt, parse_chat, parse_completion
+from edgespec.server.wires import Translator, Wire
 
 log = logging.getLogger("edgespec.server")
 
@@ -42,6 +45,9 @@ class ServerState:
     load_error: str | None = None
     started: float = field(default_factory=time.time)
     ignored_seen: set[str] = field(default_factory=set)  # unknown request fields logged once
+    metrics: Metrics = field(default_factory=Metrics)
+    # Answers of /v1/responses, for a later request's ``previous_response_id``.
+    responses: ResponseStore = field(default_factory=ResponseStore)
 
     @property
     def ready(self) -> bool:
@@ -111,6 +117,21 @@ def create_app(state: ServerState, cors: list[str] | None = None) -> FastAPI:
     async def completions(request: Request) -> Response:
         return await _complete(state, request, parse_completion)
 
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        return await _translated(state, request, wires.ANTHROPIC)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await _translated(state, request, wires.RESPONSES)
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens(request: Request) -> Response:
+        return await _count_tokens(state, request)
+
+    track_requests(app, state.metrics)
+    # Before the chat app's fallback and mount (``add_api_fallback``), which would take /v1/….
+    app.state.embeddings = add_extra_routes(app, state, _authorize, _engine, state.metrics)
     return app
 
 
@@ -177,22 +198,11 @@ async def _answer(state: ServerState, request: Request, parse) -> Response:
     headers = _ignored(state, job.ignored)
     if job.stream:
         return StreamingResponse(
-            _sse(pipeline.stream(engine, ticket)),
+            _sse(pipeline.stream(engine, ticket, state.metrics.answer)),
             media_type="text/event-stream",
             headers={**headers, **SSE_HEADERS},
         )
-    return JSONResponse(await pipeline.whole(engine, ticket, request), headers=headers)
-
-
-@dataclass(frozen=True)
-class Wire:
-    """A wire format answered through the chat pipeline (``server.pipeline``): its body
-    translated into a chat body, the chat answer translated back, errors in its shape."""
-
-    translate: Callable[[Any, ServerState], tuple[dict, list[str]]]  # body → (chat body, ignored)
-    whole: Callable[[dict, Any], dict]  # (chat answer, the request's body) → its answer
-    streamer: Callable[[Any], Any]  # the request's body → a translator with feed() and finish()
-    error: Callable[[ApiError], dict]
+    return JSONResponse(await pipeline.whole(engine, ticket, request, state.metrics.answer), headers=headers)
 
 
 async def _translated(state: ServerState, request: Request, wire: Wire) -> Response:
@@ -201,17 +211,18 @@ async def _translated(state: ServerState, request: Request, wire: Wire) -> Respo
         _authorize(state, request)
         engine = _engine(state)
         body = await pipeline.read_json(request)
-        chat, ignored = wire.translate(body, state)
+        chat, ignored = wire.translate(body, state.responses)
         job: Job = await run_in_threadpool(parse_chat, chat, engine.lm)
         ticket = pipeline.submit(engine, job)
         headers = _ignored(state, ignored + job.ignored)
         if job.stream:
-            events = _translated_sse(pipeline.stream(engine, ticket), wire.streamer(body))
+            items = pipeline.stream(engine, ticket, state.metrics.answer)
+            events = _translated_sse(items, wire.streamer(body, chat, job, state.responses))
             return StreamingResponse(
                 events, media_type="text/event-stream", headers={**headers, **SSE_HEADERS}
             )
-        answer = await pipeline.whole(engine, ticket, request)
-        return JSONResponse(wire.whole(answer, body), headers=headers)
+        answer = await pipeline.whole(engine, ticket, request, state.metrics.answer)
+        return JSONResponse(wire.whole(answer, body, chat, job, state.responses), headers=headers)
     except ApiError as exc:
         return JSONResponse(wire.error(exc), status_code=exc.status, headers=exc.headers)
     except Exception as exc:  # the catch-all: a 500 body, never a traceback to the client
@@ -220,12 +231,24 @@ async def _translated(state: ServerState, request: Request, wire: Wire) -> Respo
         return JSONResponse(wire.error(failure), status_code=500)
 
 
-async def _translated_sse(items: AsyncIterator[dict], translator: Any) -> AsyncIterator[str]:
+async def _translated_sse(items: AsyncIterator[dict], translator: Translator) -> AsyncIterator[str]:
     async for item in items:
         for event in translator.feed(item):
             yield event
     for event in translator.finish():
         yield event
+
+
+async def _count_tokens(state: ServerState, request: Request) -> Response:
+    """Anthropic's count_tokens: the prompt a Messages body would make, in tokens."""
+    try:
+        _authorize(state, request)
+        engine = _engine(state)
+        chat, ignored = anthropic.count_tokens_body(await pipeline.read_json(request))
+        tokens, _tools, _switches = await run_in_threadpool(chat_prompt, chat, engine.lm)
+        return JSONResponse(anthropic.count_tokens_response(len(tokens)), headers=_ignored(state, ignored))
+    except ApiError as exc:
+        return JSONResponse(wires.ANTHROPIC.error(exc), status_code=exc.status, headers=exc.headers)
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

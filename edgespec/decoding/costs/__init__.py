@@ -5,7 +5,8 @@ split by concern:
   ``implausible`` (a measured curve that cannot be right): pure arithmetic;
 * ``costmodel``: ``CostModel`` (the target's and the draft's curves, the Python time per
   step), saved to and loaded from its profile;
-* ``profile``: the profile on disk: reading, atomic writing, and what it is keyed by;
+* ``profile``: the profile on disk: reading, atomic writing, what it is keyed by, and the
+  speed the profiles measured here imply for a model never loaded (``measured_speed``);
 * ``measure``: timing the models on this machine, whether other processes disturb it, and
   ``load_or_measure``, which decides between the profile on disk and a new measurement.
 """
@@ -26,6 +27,7 @@ from edgespec.decoding.costs.profile import (
     PROFILE_VERSION,
     describe_model,
     file_identity,
+    measured_speed,
     profile_facts,
     profile_facts_for,
     profile_path,
@@ -46,6 +48,7 @@ __all__ = [
     "implausible",
     "load_or_measure",
     "machine_busy",
+    "measured_speed",
     "profile_facts",
     "profile_facts_for",
     "profile_path",

@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
-from edgespec.models import store
+from edgespec.models import catalog, store
+from edgespec.models.speed import Speed, from_pass
 from edgespec.runtime.model import Model
 from edgespec.runtime.system import build_fingerprint, cpu_flags, cpu_model, isa_of_interest
 
@@ -82,12 +85,88 @@ def profile_facts(target: Model, draft: Model | None) -> dict[str, str]:
     return profile_facts_for(about(target), about(draft) if draft is not None else None)
 
 
+def profiles_dir() -> Path:
+    return store.home() / "costs"
+
+
 def profile_path_for(facts: dict[str, str], target_name: str, draft_name: str | None) -> Path:
     key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
     name = target_name + (f"__{draft_name}" if draft_name else "")
-    return store.home() / "costs" / f"{name}-{key}.json"
+    return profiles_dir() / f"{name}-{key}.json"
 
 
 def profile_path(target: Model, draft: Model | None) -> Path:
     """One profile per model pair, machine, llama.cpp build, placement and thread count."""
     return profile_path_for(profile_facts(target, draft), target.name, draft.name if draft else None)
+
+
+# -- what the profiles on disk say about this machine's speed ------------------------------
+
+_MACHINE_KEYS = ("cpu", "isa", "cores")  # a profile measured where these match was measured here
+
+
+def weights_bytes(name: str, identity: str) -> int:
+    """The size of the model file a profile was measured with (``describe_model``'s name and
+    file identity): the cached catalog file it names, else the catalog's size, else the
+    size a "size-mtime" identity carries; 0 when unknown."""
+    model = catalog.all_models().get(name)
+    if model is not None:
+        files = store.model_files(model)
+        if files[0].is_file() and file_identity(files[0]) == identity:
+            return sum(p.stat().st_size for p in files if p.is_file())
+        return model.size
+    stamped = re.fullmatch(r"(\d+)-\d+", identity)
+    return int(stamped[1]) if stamped else 0
+
+
+def _target_pass(data: dict) -> tuple[str, str, str, float] | None:
+    """(name, file identity, threads, seconds of one single-token pass) of a profile's
+    target, from its key (``describe_model``) and its curve; None where either is garbled."""
+    facts, curve = data.get("facts"), data.get("target")
+    if not isinstance(facts, dict) or not isinstance(curve, dict):
+        return None
+    parts = str(facts.get("target", "")).rsplit(" ", 3)
+    try:
+        seconds = float(curve.get("1", math.nan))
+    except (TypeError, ValueError):
+        return None
+    if len(parts) != 4:
+        return None
+    name, identity, _placement, threads = parts
+    return name, identity, threads, seconds
+
+
+def profile_speed(data: dict, here: dict[str, str]) -> tuple[tuple, Speed] | None:
+    """The speed one profile implies (its target's single-token pass over its file's size)
+    with its rank among others, or None where it was measured elsewhere, is not to be
+    trusted, or names a file of unknown size. Rank: the same llama.cpp build first, then
+    every thread (as edgespec runs by default), then the newest."""
+    if data.get("version") != PROFILE_VERSION or data.get("provisional") or data.get("stale"):
+        return None
+    found = _target_pass(data)
+    facts = data.get("facts") or {}
+    if found is None or any(facts.get(k) != here.get(k) for k in _MACHINE_KEYS):
+        return None
+    name, identity, threads, seconds = found
+    source = f"{name}'s cost profile ({seconds * 1e3:.0f} ms a token)"
+    speed = from_pass(seconds, weights_bytes(name, identity), source)
+    if speed is None:
+        return None
+    try:
+        when = float(data.get("measured_at", 0.0))
+    except (TypeError, ValueError):
+        when = 0.0
+    return (facts.get("llama.cpp") == here.get("llama.cpp"), threads == "threads=all", when), speed
+
+
+def measured_speed(directory: Path | None = None) -> Speed | None:
+    """Seconds per byte of weights for one decoded token on this machine, from the best of
+    the cost profiles measured here (``profile_speed``); None where there is none."""
+    here = profile_facts_for("", None)
+    found = []
+    for path in sorted((directory or profiles_dir()).glob("*.json")):
+        data = read_profile(path)
+        ranked = profile_speed(data, here) if data is not None else None
+        if ranked is not None:
+            found.append(ranked)
+    return max(found, key=lambda r: r[0])[1] if found else None

@@ -1,0 +1,598 @@
+"""Anthropic's Messages API (``/v1/messages``, ``/v1/messages/count_tokens``) as a
+translation over the chat pipeline: a request becomes an OpenAI chat body, the chat
+answer (whole, or its stream chunks) becomes a Message or Anthropic's stream events.
+Pure: no web framework, no model.
+
+Requests, the rules followed:
+
+* ``system`` (a string or text blocks) is one system message, first; ``cache_control``
+  on any block means nothing here (the prompt cache is automatic) and is dropped.
+* Text blocks of one message are joined with a blank line, so separate blocks (Claude
+  Code's reminders beside the user's words) never run into one another.
+* An assistant's ``tool_use`` blocks are its ``tool_calls`` (arguments: compact JSON of
+  ``input``), its ``thinking`` its ``reasoning_content``; ``redacted_thinking`` holds
+  nothing a local model can read and is dropped. A user's ``tool_result`` blocks are
+  ``tool`` messages in their order, then the message's text blocks one user message, so
+  the results follow the calls they answer as chat templates expect.
+* Tool ids round-trip: a call ``X`` is shown as ``toolu_X`` and ``toolu_X`` comes back as
+  ``X``, so the ids the model's template checks (Mistral's nine characters) survive.
+* Images and documents are refused (the models read text only); server tools (any tool
+  with a ``type`` other than ``custom``) are dropped and named in the ignored list.
+* ``thinking`` enabled / disabled is the template's ``enable_thinking`` switch; adaptive
+  or absent leaves the model's default. ``output_config.format`` (a JSON schema) is the
+  chat ``response_format``.
+* Unknown top-level fields are ignored and listed; fields Anthropic knows that change
+  nothing here are accepted silently. Wrong values of translated fields are a 400 whose
+  ``param`` is the field's path in the Anthropic request (``messages[1].content[0]``).
+
+Answers: ``stop_reason`` is ``tool_use`` for calls, ``max_tokens`` for a cut answer
+(the request's limit or the context's), ``stop_sequence`` for a stop string, else
+``end_turn``. ``usage.input_tokens`` excludes the prompt tokens read from the cache,
+which are ``cache_read_input_tokens``, as Anthropic counts. edgespec's ``timings`` and
+``speculation`` ride along as extra fields (on the Message; in a stream on
+``message_delta``). A thinking block carries a fixed placeholder ``signature``: nothing is
+signed here, and a signature that comes back is not checked.
+
+A stream is ``message_start``, ``ping``, then per content block ``content_block_start``,
+its deltas (``thinking_delta`` closed by a ``signature_delta``, ``text_delta``,
+``input_json_delta``) and ``content_block_stop``, blocks indexed from 0, then
+``message_delta`` (stop reason and usage) and ``message_stop``. An error ends the stream
+with an ``error`` event. Each event is ``event: NAME`` and ``data: JSON`` lines.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from edgespec.server.errors import bad_request
+
+SIGNATURE = "edgespec-unsigned"  # the thinking blocks' placeholder signature
+_TOOLU = "toolu_"
+
+# Fields translated into the chat body.
+_TRANSLATED = {"model", "messages", "system", "max_tokens", "stop_sequences", "temperature", "top_p"}
+_TRANSLATED |= {"top_k", "stream", "tools", "tool_choice", "thinking", "output_config"}
+# edgespec's own fields, copied as they are.
+_OWN = ("drafter", "gamma", "verify", "lenience", "grammar", "seed")
+# Fields Anthropic knows that change nothing for a local model: accepted without a word.
+_NO_EFFECT = {"metadata", "service_tier", "container", "mcp_servers", "context_management", "betas"}
+_NO_EFFECT |= {"cache_control", "inference_geo", "speed"}
+_KNOWN = _TRANSLATED | set(_OWN) | _NO_EFFECT
+
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error"}
+ERROR_TYPES |= {404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}
+ERROR_TYPES |= {500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+
+_JOIN = "\n\n"
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+def chat_body(body: Any) -> tuple[dict, list[str]]:
+    """A ``/v1/messages`` request as an OpenAI chat body, and the top-level fields (and
+    dropped server tools, ``tools[i]``) it ignored."""
+    return _translate(body, counting=False)
+
+
+def count_tokens_body(body: Any) -> tuple[dict, list[str]]:
+    """A ``/v1/messages/count_tokens`` request as the chat body whose prompt is counted
+    (``max_tokens`` is not needed), and the fields it ignored."""
+    return _translate(body, counting=True)
+
+
+def count_tokens_response(n: int) -> dict:
+    return {"input_tokens": n}
+
+
+def _translate(body: Any, *, counting: bool) -> tuple[dict, list[str]]:
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    ignored = [name for name in body if name not in _KNOWN]
+    chat: dict[str, Any] = {}
+    if "model" in body:
+        chat["model"] = body["model"]
+    chat["messages"] = _system(body.get("system")) + _messages(body.get("messages"))
+    _limits(body, chat, counting)
+    tools, dropped = _tools(body.get("tools"))
+    ignored += dropped
+    if tools:
+        chat["tools"] = tools
+    _tool_choice(body.get("tool_choice"), chat)
+    _thinking(body.get("thinking"), chat)
+    _output_format(body.get("output_config"), chat)
+    for name in _OWN:
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    if counting:
+        chat.pop("stream", None)
+        chat.pop("stream_options", None)
+    return chat, ignored
+
+
+def _limits(body: dict, chat: dict, counting: bool) -> None:
+    """``max_tokens``, stop sequences, sampling and streaming."""
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None and not counting:
+        raise bad_request("'max_tokens' is required: the most tokens the answer may have", "max_tokens")
+    if max_tokens is not None:
+        if not _is_int(max_tokens) or max_tokens < 1:
+            raise bad_request(f"'max_tokens' must be a positive integer (got {max_tokens!r})", "max_tokens")
+        chat["max_tokens"] = max_tokens
+    stop = body.get("stop_sequences")
+    if stop is not None:
+        if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+            raise bad_request("'stop_sequences' must be a list of non-empty strings", "stop_sequences")
+        if stop:
+            chat["stop"] = list(stop)
+    for name in ("temperature", "top_p", "top_k"):
+        if body.get(name) is not None:
+            chat[name] = body[name]  # (their types and ranges: the chat parser checks them)
+    stream = body.get("stream")
+    if stream is not None:
+        if not isinstance(stream, bool):
+            raise bad_request(f"'stream' must be true or false (got {stream!r})", "stream")
+        chat["stream"] = stream
+        if stream:
+            chat["stream_options"] = {"include_usage": True}
+
+
+def _system(system: Any) -> list[dict]:
+    text = "" if system is None else _texts(system, "system")
+    return [{"role": "system", "content": text}] if text else []
+
+
+def _texts(content: Any, param: str) -> str:
+    """A string, or text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(f"'{param}' must be a string or a list of text blocks", param)
+    texts = []
+    for j, block in enumerate(content):
+        at = f"{param}[{j}]"
+        kind = _block_type(block, at)
+        if kind != "text":
+            _refuse_media(kind, at)
+            raise bad_request(f"'{at}' must be a text block (got type {kind!r})", at)
+        texts.append(_text_of(block, at))
+    return _JOIN.join(texts)
+
+
+def _block_type(block: Any, param: str) -> str:
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        raise bad_request(f"'{param}' must be a content block: an object with a 'type'", param)
+    return block["type"]
+
+
+def _text_of(block: dict, param: str) -> str:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise bad_request(f"'{param}.text' must be a string", param)
+    return text
+
+
+def _refuse_media(kind: str, param: str) -> None:
+    if kind in ("image", "document"):
+        raise bad_request(f"{kind} blocks are not supported: this server's models read text only", param)
+
+
+def _messages(messages: Any) -> list[dict]:
+    if not isinstance(messages, list):
+        raise bad_request("'messages' must be a list of messages", "messages")
+    out: list[dict] = []
+    for i, message in enumerate(messages):
+        param = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise bad_request(f"'{param}' must be an object with 'role' and 'content'", param)
+        role = message.get("role")
+        content = message.get("content")
+        if role not in ("user", "assistant"):
+            raise bad_request(f"'{param}.role' must be 'user' or 'assistant' (got {role!r})", f"{param}.role")
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+        elif isinstance(content, list):
+            out += _user(content, param) if role == "user" else [_assistant(content, param)]
+        else:
+            raise bad_request(f"'{param}.content' must be a string or a list of blocks", f"{param}.content")
+    return out
+
+
+def _user(blocks: list, param: str) -> list[dict]:
+    """A user turn: its tool results as ``tool`` messages in order, then its text."""
+    results: list[dict] = []
+    texts: list[str] = []
+    for j, block in enumerate(blocks):
+        at = f"{param}.content[{j}]"
+        kind = _block_type(block, at)
+        if kind == "text":
+            texts.append(_text_of(block, at))
+        elif kind == "tool_result":
+            results.append(_tool_result(block, at))
+        else:
+            _refuse_media(kind, at)
+            raise bad_request(f"'{at}': a user message cannot hold a {kind!r} block", at)
+    if texts or not results:
+        return [*results, {"role": "user", "content": _JOIN.join(texts)}]
+    return results
+
+
+def _tool_result(block: dict, param: str) -> dict:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise bad_request(f"'{param}.tool_use_id' must name the tool_use this result answers", param)
+    content = block.get("content")
+    text = "" if content is None else _texts(content, f"{param}.content")
+    if block.get("is_error") is True:
+        # The chat format has no error flag: the model reads it in the text.
+        text = f"Error: {text}" if text else "Error"
+    return {"role": "tool", "tool_call_id": _call_id(call_id), "content": text}
+
+
+def _assistant(blocks: list, param: str) -> dict:
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[dict] = []
+    for j, block in enumerate(blocks):
+        at = f"{param}.content[{j}]"
+        kind = _block_type(block, at)
+        if kind == "text":
+            texts.append(_text_of(block, at))
+        elif kind == "thinking":
+            thinking = block.get("thinking")
+            if not isinstance(thinking, str):
+                raise bad_request(f"'{at}.thinking' must be a string", at)
+            thoughts.append(thinking)
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, at))
+        elif kind != "redacted_thinking":
+            _refuse_media(kind, at)
+            raise bad_request(f"'{at}': an assistant message cannot hold a {kind!r} block", at)
+    text = _JOIN.join(texts) if texts or not calls else None  # (None: a turn that only calls)
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if thoughts:
+        message["reasoning_content"] = _JOIN.join(thoughts)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _tool_use(block: dict, param: str) -> dict:
+    call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
+    if not isinstance(call_id, str) or not call_id:
+        raise bad_request(f"'{param}.id' must be a non-empty string", param)
+    if not isinstance(name, str) or not name:
+        raise bad_request(f"'{param}.name' must be a non-empty string", param)
+    if not isinstance(arguments, dict):
+        raise bad_request(f"'{param}.input' must be an object", param)
+    function = {"name": name, "arguments": _compact(arguments)}
+    return {"id": _call_id(call_id), "type": "function", "function": function}
+
+
+def _call_id(tool_use_id: str) -> str:
+    """The chat call id of a ``tool_use`` id (the inverse of ``_tool_use_id``)."""
+    rest = tool_use_id.removeprefix(_TOOLU)
+    return rest or tool_use_id
+
+
+def _tool_use_id(call_id: str) -> str:
+    return f"{_TOOLU}{call_id}"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _tools(tools: Any) -> tuple[list[dict], list[str]]:
+    """Client tools as chat functions; server tools dropped, named as ``tools[i]``."""
+    if tools is None:
+        return [], []
+    if not isinstance(tools, list):
+        raise bad_request("'tools' must be a list of tools", "tools")
+    kept: list[dict] = []
+    dropped: list[str] = []
+    for i, tool in enumerate(tools):
+        param = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise bad_request(f"'{param}' must be a tool object", param)
+        if tool.get("type") not in (None, "custom"):
+            dropped.append(param)  # Anthropic's own tools (web search, bash…) run on its side
+            continue
+        name, schema = tool.get("name"), tool.get("input_schema", {"type": "object", "properties": {}})
+        if not isinstance(name, str) or not name:
+            raise bad_request(f"'{param}.name' must be a non-empty string", f"{param}.name")
+        if not isinstance(schema, dict):
+            raise bad_request(f"'{param}.input_schema' must be a JSON schema object", f"{param}.input_schema")
+        function: dict[str, Any] = {"name": name, "parameters": schema}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        kept.append({"type": "function", "function": function})
+    return kept, dropped
+
+
+def _tool_choice(choice: Any, chat: dict) -> None:
+    if choice is None:
+        return
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind in _TOOL_CHOICES:
+        chat["tool_choice"] = _TOOL_CHOICES[kind]
+    elif kind == "tool":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            raise bad_request("'tool_choice.name' must name one of the tools", "tool_choice.name")
+        chat["tool_choice"] = {"type": "function", "function": {"name": name}}
+    else:
+        raise bad_request(
+            "'tool_choice' must be {'type': 'auto' | 'any' | 'tool' | 'none'} (with 'name' for 'tool')",
+            "tool_choice",
+        )
+    single = choice.get("disable_parallel_tool_use")
+    if single is not None and not isinstance(single, bool):
+        param = "tool_choice.disable_parallel_tool_use"
+        raise bad_request(f"'{param}' must be true or false", param)
+    if single:
+        chat["parallel_tool_calls"] = False
+
+
+def _thinking(thinking: Any, chat: dict) -> None:
+    if thinking is None:
+        return
+    if not isinstance(thinking, dict) or not isinstance(thinking.get("type"), str):
+        raise bad_request("'thinking' must be an object with a 'type'", "thinking")
+    switch = {"enabled": True, "disabled": False}.get(thinking["type"])
+    if switch is not None:
+        chat["chat_template_kwargs"] = {"enable_thinking": switch}
+
+
+def _output_format(config: Any, chat: dict) -> None:
+    """``output_config.format`` (structured output); ``effort`` changes nothing here."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise bad_request("'output_config' must be an object", "output_config")
+    fmt = config.get("format")
+    if fmt is None:
+        return
+    if (
+        not isinstance(fmt, dict)
+        or fmt.get("type") != "json_schema"
+        or not isinstance(fmt.get("schema"), dict)
+    ):
+        raise bad_request(
+            "'output_config.format' must be {'type': 'json_schema', 'schema': {...}}", "output_config.format"
+        )
+    chat["response_format"] = {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": fmt["schema"], "strict": True},
+    }
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -- answers -------------------------------------------------------------------------------
+
+
+def message_id(chat_id: str | None = None) -> str:
+    """A Message id: the chat answer's own hex part where there is one."""
+    rest = chat_id.removeprefix("chatcmpl-") if chat_id else ""
+    return f"msg_{rest or uuid.uuid4().hex[:24]}"
+
+
+def stop_reason(choice: dict) -> str:
+    """Anthropic's stop reason for a chat choice (or a stream's finish chunk's choice)."""
+    if choice.get("finish_reason") == "tool_calls":
+        return "tool_use"
+    if choice.get("finish_reason") == "length":
+        return "max_tokens"
+    if isinstance(choice.get("stop_sequence"), str) or choice.get("stop_reason") == "stop_string":
+        return "stop_sequence"
+    return "end_turn"
+
+
+def usage(chat_usage: dict | None) -> dict:
+    """Anthropic's usage from the chat usage: cache reads apart from the input."""
+    chat_usage = chat_usage or {}
+    prompt = chat_usage.get("prompt_tokens", 0)
+    cached = (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    out = {
+        "input_tokens": max(0, prompt - cached),
+        "output_tokens": chat_usage.get("completion_tokens", 0),
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": 0,
+    }
+    thinking = (chat_usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    if thinking is not None:
+        out["output_tokens_details"] = {"thinking_tokens": thinking}
+    return out
+
+
+def _arguments(text: str) -> dict:
+    """A call's arguments as an object; anything else shows as none rather than failing."""
+    try:
+        value = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_block(call_id: str, name: str, arguments: dict) -> dict:
+    return {"type": "tool_use", "id": _tool_use_id(call_id), "name": name, "input": arguments}
+
+
+def whole(chat: dict, model: str) -> dict:
+    """A chat.completion body as a Message, for the model name the client asked for."""
+    choice = chat["choices"][0]
+    message = choice.get("message") or {}
+    content: list[dict] = []
+    if message.get("reasoning_content"):
+        content.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": SIGNATURE})
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        content.append(_tool_block(call["id"], function["name"], _arguments(function.get("arguments", ""))))
+    out = {
+        "id": message_id(chat.get("id")),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason(choice),
+        "stop_sequence": choice.get("stop_sequence"),
+        "usage": usage(chat.get("usage")),
+    }
+    for extra in ("timings", "speculation"):
+        if extra in chat:
+            out[extra] = chat[extra]
+    return out
+
+
+def error_type(status: int) -> str:
+    return ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(status: int, message: str) -> dict:
+    """Anthropic's error body for an HTTP status."""
+    return {"type": "error", "error": {"type": error_type(status), "message": message}}
+
+
+def _stream_error_type(error: dict) -> str:
+    """Anthropic's error type for a chat stream's error object (which has no status)."""
+    kind, code = error.get("type"), error.get("code")
+    if kind in ERROR_TYPES.values():
+        return kind
+    if code in ("overloaded", "server_busy"):
+        return "overloaded_error"
+    return "api_error"
+
+
+def event(name: str, data: dict) -> str:
+    """One server-sent event in Anthropic's shape: the event's name, then its data."""
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+class MessageStream:
+    """Chat stream chunks → Anthropic stream events, for one answer."""
+
+    def __init__(self, model: str, message_id: str, *, input_tokens: int = 0):
+        self.model = model
+        self.id = message_id
+        self.input_tokens = input_tokens  # shown at the start; the end's usage corrects it
+        self.started = False
+        self.ended = False
+        self.block: str | None = None  # the open block's type
+        self.index = -1  # the open (or last) block's index
+        self.stop: dict = {}  # the finish chunk's choice
+
+    def feed(self, chunk: dict) -> list[str]:
+        if self.ended:
+            return []
+        error = chunk.get("error")
+        if isinstance(error, dict):
+            self.ended = True
+            body = {"type": _stream_error_type(error), "message": str(error.get("message", "error"))}
+            return [event("error", {"type": "error", "error": body})]
+        out = self._start()
+        for choice in chunk.get("choices") or []:
+            out += self._delta(choice.get("delta") or {})
+            if choice.get("finish_reason") is not None:
+                out += self._close()
+                self.stop = choice
+        if chunk.get("usage") is not None:
+            out += self._end(chunk)
+        return out
+
+    def finish(self) -> list[str]:
+        if self.ended:
+            return []
+        return self._start() + self._close() + self._end({})
+
+    def _start(self) -> list[str]:
+        if self.started:
+            return []
+        self.started = True
+        message = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {**usage(None), "input_tokens": self.input_tokens},
+        }
+        return [event("message_start", {"type": "message_start", "message": message}), _PING]
+
+    def _delta(self, delta: dict) -> list[str]:
+        out: list[str] = []
+        if delta.get("reasoning_content"):
+            out += self._piece("thinking", {"type": "thinking_delta", "thinking": delta["reasoning_content"]})
+        if delta.get("content"):
+            out += self._piece("text", {"type": "text_delta", "text": delta["content"]})
+        for call in delta.get("tool_calls") or []:
+            function = call.get("function") or {}
+            if call.get("id"):
+                out += self._close()
+                out += self._open(_tool_block(call["id"], function.get("name", ""), {}))
+            if function.get("arguments") and self.block == "tool_use":
+                out.append(
+                    self._block_delta({"type": "input_json_delta", "partial_json": function["arguments"]})
+                )
+        return out
+
+    def _piece(self, kind: str, delta: dict) -> list[str]:
+        """A thinking or text piece: in the open block of its kind, or a new one."""
+        out: list[str] = []
+        if self.block != kind:
+            out += self._close()
+            out += self._open(dict(_EMPTY[kind]))
+        out.append(self._block_delta(delta))
+        return out
+
+    def _open(self, block: dict) -> list[str]:
+        self.index += 1
+        self.block = block["type"]
+        data = {"type": "content_block_start", "index": self.index, "content_block": block}
+        return [event("content_block_start", data)]
+
+    def _block_delta(self, delta: dict) -> str:
+        return event(
+            "content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta}
+        )
+
+    def _close(self) -> list[str]:
+        if self.block is None:
+            return []
+        out = []
+        if self.block == "thinking":
+            out.append(self._block_delta({"type": "signature_delta", "signature": SIGNATURE}))
+        self.block = None
+        return [*out, event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def _end(self, chunk: dict) -> list[str]:
+        """``message_delta`` (with the usage chunk's figures, where it came) and ``message_stop``."""
+        self.ended = True
+        found = chunk.get("usage")
+        figures = usage(found) if found is not None else {"output_tokens": 0}
+        data: dict[str, Any] = {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason(self.stop), "stop_sequence": self.stop.get("stop_sequence")},
+            "usage": figures,
+        }
+        for extra in ("timings", "speculation"):
+            if extra in chunk:
+                data[extra] = chunk[extra]
+        return [*self._close(), event("message_delta", data), event("message_stop", {"type": "message_stop"})]
+
+
+_PING = event("ping", {"type": "ping"})
+_EMPTY = {
+    "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+    "text": {"type": "text", "text": ""},
+}

@@ -290,7 +290,7 @@ def test_max_tokens_is_required_except_for_counting():
         ({"tools": [{"name": "f", "input_schema": "object"}]}, "tools[0].input_schema"),
         ({"tools": [{"description": "no name"}]}, "tools[0].name"),
         ({"system": [{"type": "tool_use"}]}, "system[0]"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
         ({"messages": [turn("user", {"text": "untyped"})]}, "messages[0].content[0]"),
         ({"messages": [turn("user", {"type": "tool_use"})]}, "messages[0].content[0]"),
@@ -728,3 +728,28 @@ def test_error_body_types_follow_the_status(status: int, kind: str):
     assert out == {"type": "error", "error": {"type": kind, "message": "something went wrong"}}
     if kind != "request_too_large":  # (a type Anthropic documents that the SDK's union lacks)
         assert ErrorResponse.model_validate(out).error.type == kind
+
+
+def test_claude_codes_system_message_and_deferred_tools() -> None:
+    """Claude Code puts its environment in a ``system`` message inside ``messages`` and
+    offers tools its tool search loads later (``defer_loading``): the first is kept in
+    place as a system message, the second is not shown to the model."""
+    chat, ignored = wire.chat_body(
+        {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 8,
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": [{"type": "text", "text": "cwd: /tmp"}]},
+                {"role": "user", "content": "again"},
+            ],
+            "tools": [
+                {"name": "Read", "input_schema": {"type": "object"}},
+                {"name": "Later", "input_schema": {"type": "object"}, "defer_loading": True},
+            ],
+        }
+    )
+    assert [m["role"] for m in chat["messages"]] == ["user", "system", "user"]
+    assert chat["messages"][1]["content"] == "cwd: /tmp"
+    assert [t["function"]["name"] for t in chat["tools"]] == ["Read"]
+    assert ignored == ["tools[1]"]

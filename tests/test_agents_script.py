@@ -313,6 +313,11 @@ def test_the_data_file_loads():
     read, rename = spec.tasks["read"], spec.tasks["rename"]
     assert read.answer_contains is not None and read.answer_contains in read.files["notes.txt"]
     assert rename.check_file == "util.py" and "def old_name(" in rename.files["util.py"]
+    # Claude Code with all its tools: the same agent but for its arguments, run on request.
+    full = spec.agents["claude-code-all-tools"]
+    assert not full.by_default and claude.by_default and codex.by_default
+    assert full.env == claude.env and full.package == claude.package
+    assert "--tools" in claude.args and "--tools" not in full.args
 
 
 def test_fill_replaces_only_placeholders():

@@ -732,12 +732,13 @@ def test_error_body_types_follow_the_status(status: int, kind: str):
 
 def test_claude_codes_system_message_and_deferred_tools() -> None:
     """Claude Code puts its environment in a ``system`` message inside ``messages`` and
-    offers tools its tool search loads later (``defer_loading``): the first is kept in
-    place as a system message, the second is not shown to the model."""
+    offers tools its tool search loads later (``defer_loading``): the first joins the
+    system prompt, the second is not shown to the model."""
     chat, ignored = wire.chat_body(
         {
             "model": "claude-sonnet-4-6",
             "max_tokens": 8,
+            "system": "You are Claude Code.",
             "messages": [
                 {"role": "user", "content": "hi"},
                 {"role": "system", "content": [{"type": "text", "text": "cwd: /tmp"}]},
@@ -749,7 +750,7 @@ def test_claude_codes_system_message_and_deferred_tools() -> None:
             ],
         }
     )
-    assert [m["role"] for m in chat["messages"]] == ["user", "system", "user"]
-    assert chat["messages"][1]["content"] == "cwd: /tmp"
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "user"]
+    assert chat["messages"][0]["content"] == "You are Claude Code.\n\ncwd: /tmp"
     assert [t["function"]["name"] for t in chat["tools"]] == ["Read"]
     assert ignored == ["tools[1]"]

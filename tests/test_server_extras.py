@@ -259,3 +259,26 @@ def test_embeddings_do_not_disturb_answers(server: Server) -> None:
     assert streamed[-1] == "[DONE]" and not any(isinstance(e, dict) and "error" in e for e in streamed)
     np.testing.assert_allclose(during, alone, atol=1e-6)
     assert ask(server, "Count from one to five.", max_tokens=16) == reference
+
+
+def test_an_embedding_model_of_its_own(smol_path) -> None:
+    """``serve --embedding-model REF``: the embeddings come from that GGUF (SmolLM2 here,
+    576 dimensions), which the embedder loads and owns."""
+    from edgespec.runtime.embedding import Embedder
+
+    embedder = Embedder.load(smol_path, n_ctx=256)
+    try:
+        cat, kitten, tax = (
+            np.asarray(v)
+            for v in embedder.embed(
+                [
+                    "The cat sleeps on the sofa.",
+                    "A kitten is asleep on the couch.",
+                    "Quarterly tax filing rules.",
+                ]
+            )
+        )
+    finally:
+        embedder.close()
+    assert cat.shape == (576,) and np.linalg.norm(cat) == pytest.approx(1.0, abs=1e-5)
+    assert cosine(cat, kitten) > cosine(cat, tax)

@@ -337,14 +337,10 @@ def test_prometheus_client_reads_the_same(metrics: Metrics) -> None:
 def test_metrics_route_answers_while_loading() -> None:
     """/metrics needs no loaded pair (its slot gauges read 0 then), the key where there is
     one; the other extra routes say "loading"."""
-    from edgespec.server.app import ServerState, _authorize, _engine, create_app
-    from edgespec.server.extras import add_extra_routes
+    from edgespec.server.app import ServerState, create_app
 
     state = ServerState(api_key="k")
     app = create_app(state)
-    m = Metrics()
-    track_requests(app, m)
-    add_extra_routes(app, state, _authorize, _engine, m)
     key = {"Authorization": "Bearer k"}
     with TestClient(app) as client:
         assert client.get("/metrics").status_code == 401
@@ -360,3 +356,34 @@ def test_metrics_route_answers_while_loading() -> None:
     assert families["edgespec_requests_total"].value(endpoint="/metrics", status="200") == 1
     assert families["edgespec_requests_total"].value(endpoint="/props", status="503") == 1
     assert families["edgespec_requests_in_flight"].value(endpoint="/metrics") == 1  # this one
+
+
+def test_cors_and_the_other_wire_formats_while_loading() -> None:
+    """``--cors``: a browser's preflight from an allowed origin is answered, from another
+    it is not. While loading, Messages refuses in Anthropic's shape, Responses in OpenAI's."""
+    from edgespec.server.app import ServerState, create_app
+
+    app = create_app(ServerState(), ["http://localhost:3000"])
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+    with TestClient(app) as client:
+        allowed = client.options(
+            "/v1/chat/completions", headers={"Origin": "http://localhost:3000", **preflight}
+        )
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == "http://localhost:3000"
+        other = client.options("/v1/chat/completions", headers={"Origin": "http://evil.test", **preflight})
+        assert "access-control-allow-origin" not in other.headers
+        body = {"model": "x", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+        messages = client.post("/v1/messages", json=body)
+        assert messages.status_code == 503
+        assert messages.json() == {
+            "type": "error",
+            "error": {"type": "overloaded_error", "message": "the model is still loading; try again shortly"},
+        }
+        responses = client.post("/v1/responses", json={"input": "hi"})
+        assert responses.status_code == 503 and responses.json()["error"]["code"] == "model_loading"
+    with TestClient(create_app(ServerState())) as client:
+        plain = client.options(
+            "/v1/chat/completions", headers={"Origin": "http://localhost:3000", **preflight}
+        )
+        assert "access-control-allow-origin" not in plain.headers

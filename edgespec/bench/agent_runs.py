@@ -50,6 +50,7 @@ class Agent:
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     error_patterns: tuple[str, ...] = ()
+    by_default: bool = True  # run when no --agents are named
 
     def install_dir(self, cache: Path = CACHE) -> Path:
         """``<cache>/<package>@<version>``: a scoped package nests under its scope."""
@@ -93,7 +94,17 @@ def _agent(name: str, raw: dict[str, Any]) -> Agent:
         env=dict(raw.get("env", {})),
         files=dict(raw.get("files", {})),
         error_patterns=tuple(raw.get("error_patterns", ())),
+        by_default=raw.get("default", True) is True,
     )
+
+
+def _entries(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The agents' entries, one that ``extends`` another taking that one's keys first."""
+    out = {}
+    for name, entry in raw.items():
+        base = raw[entry["extends"]] if "extends" in entry else {}
+        out[name] = {**base, "default": True, **{k: v for k, v in entry.items() if k != "extends"}}
+    return out
 
 
 def _task(name: str, raw: dict[str, Any]) -> Task:
@@ -112,7 +123,7 @@ def load_spec(path: Path = DATA) -> Spec:
     """The agents and tasks of the data file; one line naming what is wrong otherwise."""
     try:
         raw = tomllib.loads(path.read_text())
-        agents = {name: _agent(name, entry) for name, entry in raw["agents"].items()}
+        agents = {name: _agent(name, entry) for name, entry in _entries(raw["agents"]).items()}
         tasks = {name: _task(name, entry) for name, entry in raw["tasks"].items()}
     except OSError as e:
         raise EdgespecError(f"cannot read {path}: {e.strerror or e}") from None

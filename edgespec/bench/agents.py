@@ -162,7 +162,12 @@ def _parser() -> argparse.ArgumentParser:
         "--model", help="model name the agents send (default: the first /v1/models lists, the target)"
     )
     parser.add_argument("--api-key", default=DEFAULT_KEY, help="key the agents send (the server's --api-key)")
-    parser.add_argument("--agents", nargs="+", metavar="NAME", help="agents to run (default: all)")
+    parser.add_argument(
+        "--agents",
+        nargs="+",
+        metavar="NAME",
+        help="agents to run (default: those not marked default = false)",
+    )
     parser.add_argument("--tasks", nargs="+", metavar="NAME", help="tasks to run (default: all)")
     parser.add_argument(
         "--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds per run (default 600)"
@@ -180,7 +185,8 @@ def _chosen(spec: Spec, agents: list[str] | None, tasks: list[str] | None) -> tu
         unknown = sorted(set(asked or ()) - set(known))
         if unknown:
             raise EdgespecError(f"no {what} named {', '.join(unknown)} (known: {', '.join(known)})")
-    return list(agents or spec.agents), list(tasks or spec.tasks)
+    chosen = agents or [name for name, agent in spec.agents.items() if agent.by_default]
+    return list(chosen), list(tasks or spec.tasks)
 
 
 def _run_all(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from edgespec.api import EdgeSpec
 from edgespec.cli.generate import add_model_flags, cache_options, check_ctx, runtime_options
 from edgespec.errors import EdgespecError
+from edgespec.models.resolve import resolve
 
 if TYPE_CHECKING:
     import uvicorn
@@ -56,6 +57,12 @@ def add_parser(subparsers) -> None:
         default=None,
         metavar="FILE",
         help="a Jinja chat template file to use instead of the one inside the target's GGUF",
+    )
+    serve.add_argument(
+        "--embedding-model",
+        default=None,
+        metavar="REF",
+        help="a model for /v1/embeddings (a catalog name, a path, a hub reference); default: the target",
     )
     serve.add_argument(
         "--cors",
@@ -114,7 +121,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     sock = bind(args.host, args.port)
     state = ServerState(api_key=args.api_key or None, max_queue=args.max_queue)
-    app = create_app(state, cors_origins(args.cors))
+    embedder = resolve(args.embedding_model).path if args.embedding_model else None
+    app = create_app(state, cors_origins(args.cors), embedder)
     shown = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{shown}:{args.port}"
     loaded: list[EdgeSpec] = []  # the pair, once loaded (the app needs it before serving)

@@ -5,7 +5,8 @@ Pure: no web framework, no model.
 
 Requests, the rules followed:
 
-* ``system`` (a string or text blocks) is one system message, first; ``cache_control``
+* ``system`` (a string or text blocks) is one system message, first, joined by any
+  ``system`` message inside ``messages`` (not Anthropic's; Claude Code's); ``cache_control``
   on any block means nothing here (the prompt cache is automatic) and is dropped.
 * Text blocks of one message are joined with a blank line, so separate blocks (Claude
   Code's reminders beside the user's words) never run into one another.
@@ -99,7 +100,7 @@ def _translate(body: Any, *, counting: bool) -> tuple[dict, list[str]]:
     chat: dict[str, Any] = {}
     if "model" in body:
         chat["model"] = body["model"]
-    chat["messages"] = _system(body.get("system")) + _messages(body.get("messages"))
+    chat["messages"] = _with_system(body.get("system"), _messages(body.get("messages")))
     _limits(body, chat, counting)
     tools, dropped = _tools(body.get("tools"))
     ignored += dropped
@@ -144,9 +145,15 @@ def _limits(body: dict, chat: dict, counting: bool) -> None:
             chat["stream_options"] = {"include_usage": True}
 
 
-def _system(system: Any) -> list[dict]:
-    text = "" if system is None else _texts(system, "system")
-    return [{"role": "system", "content": text}] if text else []
+def _with_system(system: Any, messages: list[dict]) -> list[dict]:
+    """``system`` first, joined by the text of any system message inside ``messages``:
+    Claude Code sends its environment that way, after the user's question, where a small
+    model would read it as the turn to answer (and echo it)."""
+    texts = [] if system is None else [_texts(system, "system")]
+    texts += [m["content"] for m in messages if m["role"] == "system"]
+    rest = [m for m in messages if m["role"] != "system"]
+    text = _JOIN.join(t for t in texts if t)
+    return [{"role": "system", "content": text}, *rest] if text else rest
 
 
 def _texts(content: Any, param: str) -> str:
@@ -197,7 +204,7 @@ def _messages(messages: Any) -> list[dict]:
         if role not in ("user", "assistant", "system"):
             raise bad_request(f"'{param}.role' must be 'user' or 'assistant' (got {role!r})", f"{param}.role")
         if role == "system":
-            # Not Anthropic's, but Claude Code sends its environment this way: kept in place.
+            # Not Anthropic's, but Claude Code sends its environment this way.
             out.append({"role": "system", "content": _texts(content, f"{param}.content")})
         elif isinstance(content, str):
             out.append({"role": role, "content": content})

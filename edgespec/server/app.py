@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -61,8 +62,11 @@ class ServerState:
         self.queue = EngineQueue(lm, self.max_queue)
 
 
-def create_app(state: ServerState, cors: list[str] | None = None) -> FastAPI:
-    """``cors``: origins a browser may call the API from (``--cors``; none by default)."""
+def create_app(
+    state: ServerState, cors: list[str] | None = None, embedding_model: Path | None = None
+) -> FastAPI:
+    """``cors``: origins a browser may call the API from (``--cors``; none by default);
+    ``embedding_model``: a GGUF for ``/v1/embeddings`` (the target's weights otherwise)."""
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.edgespec = state
     if cors:
@@ -131,7 +135,9 @@ def create_app(state: ServerState, cors: list[str] | None = None) -> FastAPI:
 
     track_requests(app, state.metrics)
     # Before the chat app's fallback and mount (``add_api_fallback``), which would take /v1/….
-    app.state.embeddings = add_extra_routes(app, state, _authorize, _engine, state.metrics)
+    app.state.embeddings = add_extra_routes(
+        app, state, _authorize, _engine, state.metrics, embedding_model=embedding_model
+    )
     return app
 
 

@@ -204,7 +204,9 @@ async def _answer(state: ServerState, request: Request, parse) -> Response:
     headers = _ignored(state, job.ignored)
     if job.stream:
         return StreamingResponse(
-            _sse(pipeline.stream(engine, ticket, state.metrics.answer)),
+            pipeline.keepalive(
+                _sse(pipeline.stream(engine, ticket, state.metrics.answer)), pipeline.SSE_COMMENT
+            ),
             media_type="text/event-stream",
             headers={**headers, **SSE_HEADERS},
         )
@@ -223,7 +225,9 @@ async def _translated(state: ServerState, request: Request, wire: Wire) -> Respo
         headers = _ignored(state, ignored + job.ignored)
         if job.stream:
             items = pipeline.stream(engine, ticket, state.metrics.answer)
-            events = _translated_sse(items, wire.streamer(body, chat, job, state.responses))
+            events = pipeline.keepalive(
+                _translated_sse(items, wire.streamer(body, chat, job, state.responses)), wire.keepalive
+            )
             return StreamingResponse(
                 events, media_type="text/event-stream", headers={**headers, **SSE_HEADERS}
             )

@@ -11,6 +11,7 @@ and figures are read in one place (``server.chunks``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +35,13 @@ DISCONNECT_POLL_S = 0.25
 # Deeper than any request a client sends (a tool's JSON schema included), and far from
 # Python's recursion limit, which a template or a schema converter would otherwise hit.
 MAX_DEPTH = 64
+
+# Seconds a stream may stay silent before a keep-alive is sent: a long prompt on a CPU can
+# take minutes before its first token, and clients (Claude Code among them) give up on an
+# idle stream and send the whole request again, which doubles the work.
+KEEPALIVE_S = 10.0
+# What keeps an OpenAI-style stream alive: an SSE comment, which every SSE parser skips.
+SSE_COMMENT = ": keep-alive\n\n"
 
 # Called with each finished answer and its speculation summary (the server's metrics).
 OnDone = Callable[[Done, dict], None]
@@ -156,3 +164,34 @@ async def stream(engine: EngineQueue, ticket: Ticket, on_done: OnDone | None = N
     finally:
         if not finished:
             engine.cancel(ticket)
+
+
+async def keepalive(
+    events: AsyncIterator[str], beat: str, every_s: float = KEEPALIVE_S
+) -> AsyncIterator[str]:
+    """``events``, with ``beat`` sent whenever none came for ``every_s`` seconds. The
+    pending read is waited on, never cancelled: cancelling it would end the answer."""
+    source = aiter(events)
+    pending: asyncio.Task | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(source))
+            done, _ = await asyncio.wait({pending}, timeout=every_s)
+            if not done:
+                yield beat
+                continue
+            try:
+                item = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield item
+    finally:
+        # The client is gone (or the source ended): the source's own ``finally`` cancels
+        # its answer, once its pending read has wound down.
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        await source.aclose()

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from edgespec.server import anthropic, responses
+from edgespec.server import anthropic, anthropic_out, responses
 from edgespec.server.errors import ApiError
+from edgespec.server.pipeline import SSE_COMMENT
 from edgespec.server.schemas import Job
 
 
@@ -31,6 +32,7 @@ class Wire:
     whole: Callable[[dict, Any, dict, Job, responses.ResponseStore], dict]
     streamer: Callable[[Any, dict, Job, responses.ResponseStore], Translator]
     error: Callable[[ApiError], dict]
+    keepalive: str = SSE_COMMENT  # what is sent while a stream waits (a long prompt)
 
 
 def _asked_model(body: Any) -> str:
@@ -46,6 +48,7 @@ ANTHROPIC = Wire(
         _asked_model(body), anthropic.message_id(job.id), input_tokens=len(job.request.prompt)
     ),
     error=lambda exc: anthropic.error_body(exc.status, exc.message),
+    keepalive=anthropic_out.event("ping", {"type": "ping"}),  # Anthropic's own keep-alive
 )
 
 

@@ -119,3 +119,45 @@ def test_deepseek_r1_prompt_opens_the_thinking() -> None:
     ]
     again = render_template(R1, history)
     assert "<｜Assistant｜>Hello<｜end▁of▁sentence｜><｜User｜>Again" in again and "x</think>" not in again
+
+
+def _vendored_templates() -> Path | None:
+    """The real templates llama.cpp ships (models/templates/ of its source), where the
+    llama-server build for the sessions benchmark left that source in the cache."""
+    from edgespec.host import home
+
+    found = sorted(home().glob("llama.cpp/src-*/vendor/llama.cpp/models/templates"))
+    return found[-1] if found else None
+
+
+REAL = _vendored_templates()
+
+
+@pytest.mark.skipif(
+    REAL is None, reason="llama.cpp's source is not in the cache (edgespec bench --sessions builds it)"
+)
+@pytest.mark.parametrize(
+    ("name", "effort", "opens", "closed_in_prompt"),
+    [
+        ("Qwen-Qwen3-0.6B.jinja", None, False, False),
+        ("Qwen-Qwen3-0.6B.jinja", "none", False, True),
+        ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "high", True, False),
+        ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", None, True, False),
+    ],
+)
+def test_the_real_templates(name: str, effort: str | None, opens: bool, closed_in_prompt: bool) -> None:
+    """Qwen3 and the DeepSeek-R1 distills as their GGUFs ship them: where the prompt leaves
+    the thinking, and how the answer is read."""
+    assert REAL is not None
+    source = (REAL / name).read_text()
+    body = {} if effort is None else {"reasoning_effort": effort}
+    switches = template_switches(body)
+    history = [*HELLO, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}]
+    text = render_template(source, history, bos_token="<s>", **switches)
+    setup = reasoning_setup(body, source, text[-40:], switches)
+    assert setup == ReasoningSetup(parse=True, open=opens)
+    assert text.rstrip().endswith("</think>") == closed_in_prompt
+    answer = (
+        "so 4\n</think>\n\nFour." if opens else ("Four." if closed_in_prompt else "<think>so 4</think>Four.")
+    )
+    assert split(answer, setup)[1] == "Four."

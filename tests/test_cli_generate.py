@@ -24,7 +24,7 @@ def test_generate_json_contract():
     )
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout.strip().splitlines()[-1])
-    assert set(record) == {"text", "token_ids", "stop_reason", "stats"}
+    assert set(record) == {"text", "token_ids", "stop_reason", "stop_sequence", "stats"}
     assert record["text"] and len(record["token_ids"]) == record["stats"]["tokens"] <= 12
     assert record["stop_reason"] in ("max_tokens", "eos")
     stats = record["stats"]

@@ -5,6 +5,8 @@ named once and never loaded."""
 from __future__ import annotations
 
 import logging
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +28,7 @@ B = conversation(FILE_B, "Which line mentions fox 12? Answer in one sentence.")
 
 
 def ask(lm: EdgeSpec, messages, drafter: str = "model"):
-    return lm.generate(messages, drafter=drafter, gamma=3, max_tokens=24)
+    return lm.generate(messages, drafter=drafter, gamma=3, max_tokens=12)
 
 
 def load(directory, ram_bytes: int = GIB) -> EdgeSpec:
@@ -70,8 +72,10 @@ def test_a_state_pushed_out_of_memory_comes_back_from_its_file(tmp_path):
         lm.close()
 
 
-def write_states(directory) -> None:
-    """Two conversations answered, their states written to ``directory``."""
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> Path:
+    """Two conversations answered once, their states written to a folder each test copies."""
+    directory = tmp_path_factory.mktemp("states")
     lm = load(directory)
     try:
         ask(lm, A, drafter="none")
@@ -79,10 +83,15 @@ def write_states(directory) -> None:
         assert provenance_of(lm.target).n_ctx == 2048
     finally:
         lm.close()
+    return directory
 
 
-def test_untrusted_cache_files_are_named_once_and_never_loaded(tmp_path, caplog):
-    write_states(tmp_path)
+def write_states(directory: Path, written: Path) -> None:
+    shutil.copytree(written, directory, dirs_exist_ok=True)
+
+
+def test_untrusted_cache_files_are_named_once_and_never_loaded(tmp_path, caplog, written):
+    write_states(tmp_path, written)
     files = sorted(tmp_path.glob("*.kvstate"))
     assert files
     corrupt = files[0]
@@ -102,8 +111,8 @@ def test_untrusted_cache_files_are_named_once_and_never_loaded(tmp_path, caplog)
         again.close()
 
 
-def test_a_state_of_other_settings_is_refused(tmp_path, caplog):
-    write_states(tmp_path)
+def test_a_state_of_other_settings_is_refused(tmp_path, caplog, written):
+    write_states(tmp_path, written)
     caplog.set_level(logging.WARNING, logger="edgespec.cache")
     other = EdgeSpec(
         options=RuntimeOptions(n_ctx=1024, cache=CacheOptions(ram_bytes=GIB, directory=tmp_path)), quiet=True

@@ -117,11 +117,20 @@ class Handler(BaseHTTPRequestHandler):
             prefixes = [json.dumps(messages[:k]) for k in range(1, len(messages) + 1)]
             cached = 10 * max([k for k, p in enumerate(prefixes, 1) if p in server.seen], default=0)
             server.seen.update(prefixes)
+        self.left = False
         try:
             self._answer(body, 10 * len(messages), cached)
         finally:
-            with server.lock:
-                server.active -= 1
+            self._leave()
+
+    def _leave(self) -> None:
+        """The request no longer counts as active: called before its last bytes, which
+        let the client send its next request (counted after this one, however slowly this
+        thread winds down on a busy machine)."""
+        if not self.left:
+            self.left = True
+            with self.server.lock:
+                self.server.active -= 1
 
     def _answer(self, body: dict, prompt: int, cached: int) -> None:
         server = self.server
@@ -148,6 +157,7 @@ class Handler(BaseHTTPRequestHandler):
             usage = {"prompt_tokens": prompt, "completion_tokens": len(words), "total_tokens": prompt + 3,
                      "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
             self._event({**base, "choices": [], "usage": usage, "timings": timings})
+        self._leave()
         self._event("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
 

@@ -25,7 +25,7 @@ TEMPLATE = REPO / "tests" / "fixtures" / "templates" / "qwen3.jinja"
 # The forced text is full of near-ties, which a different verification batch can tip: the
 # answers compared across requests are decoded without drafting, one token a pass.
 THINKING = {
-    "grammar": 'root ::= "<think>\\n" [a-z ]{8,60} "\\n</think>\\n\\n" [A-Za-z ]{2,40} "."',
+    "grammar": 'root ::= "<think>\\n" [a-z ]{8,40} "\\n</think>\\n\\n" [A-Za-z ]{2,24} "."',
     "drafter": "none",
 }
 QUESTION = "Is the sky blue? Think first."
@@ -42,7 +42,7 @@ def server() -> Iterator[Server]:
 
 def chat(server: Server, **extra) -> openai.types.chat.ChatCompletion:
     return server.client().chat.completions.create(
-        model="qwen3", messages=[{"role": "user", "content": QUESTION}], max_tokens=80, extra_body=extra
+        model="qwen3", messages=[{"role": "user", "content": QUESTION}], max_tokens=60, extra_body=extra
     )
 
 
@@ -54,7 +54,7 @@ def test_chat_completions_reasoning_content_whole_and_streamed(server: Server) -
     stream = server.client().chat.completions.create(
         model="qwen3",
         messages=[{"role": "user", "content": QUESTION}],
-        max_tokens=80,
+        max_tokens=60,
         stream=True,
         extra_body=THINKING,
     )
@@ -69,7 +69,7 @@ def test_messages_thinking_blocks(server: Server) -> None:
     client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
     ask = {
         "model": "qwen3",
-        "max_tokens": 80,
+        "max_tokens": 60,
         "messages": [{"role": "user", "content": QUESTION}],
         "thinking": {"type": "enabled", "budget_tokens": 1024},
         "extra_body": THINKING,
@@ -91,7 +91,7 @@ def test_responses_reasoning_items(server: Server) -> None:
     ask = {
         "model": "qwen3",
         "input": QUESTION,
-        "max_output_tokens": 80,
+        "max_output_tokens": 60,
         "reasoning": {"effort": "high"},
         "extra_body": THINKING,
     }

@@ -458,6 +458,12 @@ def test_baseline_is_measured_before_any_speedup_is_shown(client: Client):
     measured = client.predict(api_name="/measure_baseline")
     speedup = measured[OUT["speedup"]]
     assert "speedup ×" in speedup and "vs measured baseline (" in speedup and "tok/s)" in speedup
+    # A follow-up is another prompt: the figure is withdrawn, not carried over to it.
+    follow_up = ask(client, "Now make it shorter.", max_tokens=16).result(timeout=180)
+    assert "speedup ×" not in follow_up[OUT["speedup"]]
+    assert "speedup ×" in client.predict(api_name="/measure_baseline")[OUT["speedup"]]
+    # Clear forgets the answers, and their baseline with them.
+    assert "speedup ×" not in client.predict(api_name="/clear")[OUT["speedup"]]
 
 
 @needs_models

@@ -29,9 +29,9 @@ from edgespec.ui.text import (
     step_rows,
 )
 
-# The browser re-renders every panel we send; ~10 updates a second plus one per drafting
-# step keeps the text fluid without flooding it.
-UPDATE_INTERVAL_S = 0.1
+# The browser re-renders every panel sent, and building them costs the process CPU the
+# decoding needs: text, stats and the gauge go together, at most about 7 times a second.
+UPDATE_INTERVAL_S = 0.15
 GAMMA_CHOICES = ("auto", *(str(n) for n in range(17)))
 EMPTY_MESSAGE = "Type a message first: the message is empty."
 WAITING_NOTE = (
@@ -203,6 +203,7 @@ class ChatHandlers:
             stats="Generating…",
             steps_plot=None,
             steps_table=[],
+            speedup=speedup_markdown(None, None),  # the last answer's figure is not this one's
             error="",
         )
         throttle = Throttle(UPDATE_INTERVAL_S)
@@ -218,9 +219,9 @@ class ChatHandlers:
                     step_complete = run.add(event)
                     if session.epoch != epoch or isinstance(event, Done):
                         continue  # cleared: run out quietly (Clear already stopped us)
-                    # A finished drafting step moves the gauge: always worth an update.
+                    # A finished drafting step moves the gauge, in the next update.
                     gauge_stale = gauge_stale or (step_complete and run.steps[-1].gamma > 0)
-                    if throttle.due(force=gauge_stale):
+                    if throttle.due():
                         yield self._live_view(prompt, run, session.colour, gauge_stale)
                         gauge_stale = False
         except EdgespecError as exc:
@@ -269,7 +270,8 @@ class ChatHandlers:
             stats=final_stats_markdown(done.stats, done.stop_reason),
             steps_plot=steps_figure(run.steps),
             steps_table=step_rows(run.steps),
-            speedup=speedup_markdown(done.stats.tokens_per_second, session.baseline_rate),
+            # A new answer: a baseline measured for an earlier one says nothing about it.
+            speedup=speedup_markdown(done.stats.tokens_per_second, session.baseline()),
             error="",
         )
 
@@ -295,7 +297,14 @@ class ChatHandlers:
         if session.last_prompt is None or session.last_settings is None or session.last_run is None:
             yield self._failure("send a message first: the baseline re-runs the last prompt").values()
             return
+        last = session.last_run.done
+        if last is not None and last.stop_reason == "cancelled":
+            yield self._failure(
+                "the last answer was stopped: a baseline would time a different length; send it again"
+            ).values()
+            return
         answer_rate = self._answer_rate(session)
+        measured_for = session.last_run
         yield View(speedup="Measuring the target-only baseline on the last prompt…", error="").values()
         try:
             done = self._run_baseline(session, owner_of(request))
@@ -304,11 +313,13 @@ class ChatHandlers:
             return
         if done is None or done.stop_reason == "cancelled":
             view = self._failure("baseline measurement stopped: nothing was stored")
-            view.speedup = speedup_markdown(answer_rate, session.baseline_rate)
+            view.speedup = speedup_markdown(answer_rate, session.baseline())
             yield view.values()
             return
-        session.baseline_rate = done.stats.tokens_per_second
-        yield View(speedup=speedup_markdown(answer_rate, session.baseline_rate), error="").values()
+        if session.last_run is not measured_for:
+            return  # another answer (or Clear) came meanwhile: this baseline describes none shown
+        session.baseline_rate, session.baseline_for = done.stats.tokens_per_second, measured_for
+        yield View(speedup=speedup_markdown(answer_rate, session.baseline()), error="").values()
 
     def _run_baseline(self, session: Session, owner: str) -> Done | None:
         assert self.lm is not None and self.gate is not None
@@ -378,7 +389,7 @@ class ChatHandlers:
             stats="",
             steps_plot=None,
             steps_table=[],
-            speedup=speedup_markdown(None, session.baseline_rate),
+            speedup=speedup_markdown(None, None),
             error="",
         )
 

@@ -27,7 +27,10 @@ class Session:
     current_run: AnswerRun | None = None  # the answer streaming right now
     last_prompt: list[dict[str, str]] | None = None  # what the latest answer answered
     last_settings: dict[str, Any] | None = None  # settings_from keywords of the latest answer
-    baseline_rate: float | None = None  # target-only tokens/s, measured by the user's request
+    # Target-only tokens/s on the prompt and settings of one answer (``baseline_for``),
+    # measured at the user's request: a speed-up is shown for that answer only.
+    baseline_rate: float | None = None
+    baseline_for: AnswerRun | None = None
     live: LiveControl | None = None  # the running answer's live control (the lenience slider)
     epoch: int = 0  # bumped by Clear: a generation from an older epoch must not write back
 
@@ -64,8 +67,15 @@ class Session:
         self.history = []
         self._forget_answers()
 
+    def baseline(self) -> float | None:
+        """The measured baseline, if it was measured for the latest answer."""
+        return (
+            self.baseline_rate if self.last_run is not None and self.baseline_for is self.last_run else None
+        )
+
     def _forget_answers(self) -> None:
-        # The measured baseline survives: it describes this machine, not the chat.
+        # The baseline belonged to an answer of this chat: it goes with it.
+        self.baseline_rate = self.baseline_for = None
         self.last_run = None
         self.current_run = None
         self.last_prompt = None

@@ -1,0 +1,173 @@
+"""What the chat app costs the answer it shows: the same prompt decoded by the CLI
+(``edgespec generate``, its own process) and streamed in the app with a headless Chromium
+attached, side by side, interleaved, per drafter.
+
+    python -m edgespec.bench.app_cost [--drafters none auto] [--repeats 2] [--max-tokens 160]
+
+The app is loaded as ``app.py`` loads it (one engine thread, the prompt cache) and served
+on loopback; the browser drives it the way a user does: Clear, pick the drafter, type the
+prompt, Enter, and wait for the answer's stats. The figure compared is the decode-phase
+rate (tokens after the first over the time after the first), which both report from the
+same engine counters; prefill differs between a fresh CLI process and the app's warm
+cache, and is left out. Greedy, so both decode the same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from edgespec.errors import EdgespecError
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+# A private edit the corpus does not hold: the answer copies most of its input.
+PROMPT = (
+    "Rename the variable `total` to `running_sum` everywhere in this function and return the "
+    "whole function:\n\n```python\ndef summarize(values):\n    total = 0\n    count = 0\n"
+    "    for value in values:\n        if value is None:\n            continue\n"
+    "        total += value\n        count += 1\n    mean = total / count if count else 0.0\n"
+    "    return {'total': total, 'count': count, 'mean': mean}\n```"
+)
+DECODE = re.compile(r"tokens/s, decode phase \| ([0-9.]+)")
+TIMEOUT_S = 600
+
+
+@dataclass
+class Pairing:
+    drafter: str
+    cli: list[float] = field(default_factory=list)  # decode tokens/s per repeat
+    app: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        best_cli, best_app = max(self.cli), max(self.app)
+        ratios = [a / c for a, c in zip(self.app, self.cli, strict=True)]
+        return {
+            **asdict(self),
+            "best_cli": best_cli,
+            "best_app": best_app,
+            "ratio_of_bests": round(best_app / best_cli, 3),
+            "ratios": [round(r, 3) for r in ratios],
+            "spread": round(max(ratios) - min(ratios), 3) if len(ratios) > 1 else 0.0,
+        }
+
+
+def cli_rate(prompt: str, drafter: str, max_tokens: int, ctx: int) -> float:
+    """``edgespec generate`` in its own process, as a user runs it."""
+    command = [sys.executable, "-m", "edgespec", "generate", "--chat", "--prompt", prompt, "--drafter",
+               drafter, "--max-tokens", str(max_tokens), "--ctx", str(ctx), "--json"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    if result.returncode != 0:
+        raise EdgespecError(f"edgespec generate failed: {result.stderr.strip()[-500:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])["stats"]["decode_tokens_per_second"]
+
+
+def app_rate(page, prompt: str, drafter: str) -> float:
+    """One answer streamed in the app, from Clear to its final stats."""
+    page.click("#clear")
+    page.wait_for_function("() => !document.querySelector('#stats')?.innerText.includes('decode phase')")
+    page.click(f"#drafter label:has-text('{drafter}')")
+    page.fill("#message textarea", prompt)
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "() => document.querySelector('#stats')?.innerText.includes('decode phase')", timeout=TIMEOUT_S * 1000
+    )
+    text = page.inner_text("#stats").replace("\t", " | ")
+    found = DECODE.search(re.sub(r"\s*\|\s*", " | ", text))
+    if found is None:
+        raise EdgespecError(f"the app's stats have no decode rate: {text[:300]!r}")
+    return float(found.group(1))
+
+
+def open_app(browser, url: str, max_tokens: int):
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    page.set_default_timeout(TIMEOUT_S * 1000)
+    page.goto(url)
+    page.wait_for_selector("#message textarea")
+    page.fill("#max-tokens input[type=number]", str(max_tokens))
+    page.keyboard.press("Tab")
+    return page
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def measure(args: argparse.Namespace) -> list[Pairing]:
+    from playwright.sync_api import sync_playwright
+
+    from edgespec.api import EdgeSpec, RuntimeOptions
+    from edgespec.ui.layout import build_app
+
+    if not CHROMIUM.exists():
+        raise EdgespecError(f"{CHROMIUM} is not installed (make setup-test installs it)")
+    lm = EdgeSpec(options=RuntimeOptions(n_ctx=args.ctx, engine_thread=True), quiet=True)
+    lm.controller_state()
+    demo = build_app(lm).queue()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    pairings = [Pairing(d) for d in args.drafters]
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = open_app(browser, f"http://127.0.0.1:{port}/", args.max_tokens)
+            app_rate(page, args.prompt, "none")  # warm-up: first page render, first answer
+            for repeat in range(args.repeats):
+                for pairing in pairings:
+                    # Interleaved, and in turn first: neither side always runs after the other.
+                    sides = [("cli", pairing.cli), ("app", pairing.app)]
+                    for side, rates in sides if repeat % 2 == 0 else reversed(sides):
+                        rate = (
+                            cli_rate(args.prompt, pairing.drafter, args.max_tokens, args.ctx)
+                            if side == "cli"
+                            else app_rate(page, args.prompt, pairing.drafter)
+                        )
+                        rates.append(rate)
+                        print(f"{pairing.drafter:6} {side}: {rate:.1f} tokens/s", file=sys.stderr, flush=True)
+            browser.close()
+    finally:
+        demo.close()
+        lm.close()
+    return pairings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m edgespec.bench.app_cost", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--drafters", nargs="+", default=["none", "auto"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--ctx", type=int, default=4096)
+    parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    try:
+        pairings = measure(args)
+    except EdgespecError as exc:
+        print(f"edgespec: {exc}", file=sys.stderr)
+        return 2
+    started = time.strftime("%Y-%m-%d %H:%M")
+    rows = [p.summary() for p in pairings]
+    print(f"app streaming vs CLI, decode tokens/s, greedy, {args.max_tokens} tokens ({started})")
+    for row in rows:
+        print(f"  {row['drafter']:6} CLI {row['best_cli']:.1f}  app {row['best_app']:.1f}  "
+              f"app/CLI {row['ratio_of_bests']:.2f} (per repeat {row['ratios']}, median "
+              f"{statistics.median(row['ratios']):.2f})")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"started": started, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

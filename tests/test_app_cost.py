@@ -1,0 +1,27 @@
+"""The app-cost benchmark's bookkeeping, model-free: the decode rate is read from the
+app's own stats table as the browser shows it, and the figures compare like with like."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgespec.bench.app_cost import DECODE, Pairing
+from edgespec.decoding.events import Stats
+from edgespec.ui.text import final_stats_markdown
+
+
+def test_the_decode_rate_is_read_from_the_stats_the_app_shows() -> None:
+    stats = Stats(tokens=161, wall_s=8.0, ttft_s=1.5, prompt_tokens=90)
+    shown = final_stats_markdown(stats, "max_tokens")
+    found = DECODE.search(shown)
+    assert found is not None and float(found.group(1)) == pytest.approx(
+        stats.decode_tokens_per_second, abs=0.05
+    )
+
+
+def test_ratios_are_per_repeat_and_of_the_bests() -> None:
+    row = Pairing("none", cli=[25.0, 20.0], app=[20.0, 19.0]).summary()
+    assert row["best_cli"] == 25.0 and row["best_app"] == 20.0
+    assert row["ratio_of_bests"] == 0.8
+    assert row["ratios"] == [0.8, 0.95] and row["spread"] == 0.15
+    assert Pairing("auto", cli=[10.0], app=[12.0]).summary()["spread"] == 0.0

@@ -356,33 +356,17 @@ def test_litellm_openai_and_anthropic_providers(server: Server) -> None:
     messages = [{"role": "user", "content": QUESTION}]
     # Each answer compared starts from the state this one leaves (see the test above).
     gpt(server).chat.completions.create(model="x", messages=messages, max_tokens=16, temperature=0)
-    via_openai = litellm.completion(
-        model="openai/anything",
-        api_base=server.base_url,
-        api_key=KEY,
-        messages=messages,
-        max_tokens=16,
-        temperature=0,
-    )
-    via_anthropic = litellm.completion(
-        model="anthropic/claude-sonnet-4-6",
-        api_base=server.url,
-        api_key=KEY,
-        messages=messages,
-        max_tokens=16,
-        temperature=0,
-    )
+
+    def ask(model: str, base: str, **extra):
+        return litellm.completion(
+            model=model, api_base=base, api_key=KEY, messages=messages, max_tokens=16, temperature=0, **extra
+        )
+
+    via_openai = ask("openai/anything", server.base_url)
+    via_anthropic = ask("anthropic/claude-sonnet-4-6", server.url)
     assert via_openai.choices[0].message.content.strip()
     assert via_anthropic.choices[0].message.content == via_openai.choices[0].message.content
-    streamed = litellm.completion(
-        model="anthropic/claude-sonnet-4-6",
-        api_base=server.url,
-        api_key=KEY,
-        messages=messages,
-        max_tokens=16,
-        temperature=0,
-        stream=True,
-    )
+    streamed = ask("anthropic/claude-sonnet-4-6", server.url, stream=True)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in streamed)
     assert text == via_openai.choices[0].message.content
 

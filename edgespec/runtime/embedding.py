@@ -28,7 +28,7 @@ import llama_cpp
 import numpy as np
 
 from edgespec.errors import EdgespecError, RequestError
-from edgespec.runtime.model import LoadOptions, Model, default_threads
+from edgespec.runtime.model import LoadOptions, Model, default_threads, free_context
 
 # Tokens decoded per llama.cpp call for a causal model: the logits of a call's every token
 # are computed and kept (see above), 40 MB at this size for a 152 k vocabulary.
@@ -194,12 +194,8 @@ class Embedder:
     def close(self) -> None:
         """Free the context (and the model, when owned). Not done on garbage collection: a
         borrowed model may be gone by then, and a leaked context is better than a crash."""
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
-        if self._ctx:
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
+        free_context(self._batch, self._ctx)
+        self._batch = self._ctx = None
         if self._owns:
             self.model.close()
 

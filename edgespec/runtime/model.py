@@ -240,12 +240,8 @@ class Model:
         self._batch = llama_cpp.llama_batch_init(self._batch_capacity, 0, 1)
 
     def close(self) -> None:
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
-        if self._ctx:
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
+        free_context(self._batch, self._ctx)
+        self._batch = self._ctx = None
         if self._model:
             llama_cpp.llama_model_free(self._model)
             self._model = None
@@ -509,6 +505,14 @@ class Model:
 # pair: twice that), so a default context never pushes the weights out of memory.
 KV_MEMORY_SHARE = 1 / 8
 FALLBACK_CONTEXT = 4096  # for a model that does not say what it was trained for
+
+
+def free_context(batch, ctx) -> None:
+    """Free a llama.cpp batch and context (either may be None: already freed)."""
+    if batch is not None:
+        llama_cpp.llama_batch_free(batch)
+    if ctx:
+        llama_cpp.llama_free(ctx)
 
 
 def default_context(n_ctx_train: int, kv_per_token: int, memory: int | None = None) -> int:

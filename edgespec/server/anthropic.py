@@ -44,6 +44,7 @@ with an ``error`` event. Each event is ``event: NAME`` and ``data: JSON`` lines.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from edgespec.server.anthropic_out import (  # noqa: F401 (the answers' side, re-exported)
@@ -215,13 +216,18 @@ def _messages(messages: Any) -> list[dict]:
     return out
 
 
+def _blocks(blocks: list, param: str) -> Iterator[tuple[str, str, dict]]:
+    """A message's content blocks, each with its path and type."""
+    for j, block in enumerate(blocks):
+        at = f"{param}.content[{j}]"
+        yield at, _block_type(block, at), block
+
+
 def _user(blocks: list, param: str) -> list[dict]:
     """A user turn: its tool results as ``tool`` messages in order, then its text."""
     results: list[dict] = []
     texts: list[str] = []
-    for j, block in enumerate(blocks):
-        at = f"{param}.content[{j}]"
-        kind = _block_type(block, at)
+    for at, kind, block in _blocks(blocks, param):
         if kind == "text":
             texts.append(_text_of(block, at))
         elif kind == "tool_result":
@@ -250,9 +256,7 @@ def _assistant(blocks: list, param: str) -> dict:
     texts: list[str] = []
     thoughts: list[str] = []
     calls: list[dict] = []
-    for j, block in enumerate(blocks):
-        at = f"{param}.content[{j}]"
-        kind = _block_type(block, at)
+    for at, kind, block in _blocks(blocks, param):
         if kind == "text":
             texts.append(_text_of(block, at))
         elif kind == "thinking":

@@ -62,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         return status
     lm = loaded[0]
 
-    from edgespec.ui.layout import build_app
+    from edgespec.ui.layout import build_app, launch_app
 
-    demo = build_app(lm).queue()
+    demo = build_app(lm)
     try:
-        demo.launch(server_name=args.host, server_port=args.port, prevent_thread_lock=True, quiet=True)
+        launch_app(demo, server_name=args.host, server_port=args.port, prevent_thread_lock=True, quiet=True)
     except OSError as exc:  # typically: the port is taken
         print(f"edgespec: error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ so its own Gradio session (conversation, Stop ownership).
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -28,9 +29,10 @@ from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, NONE, NONE_CO
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
 from edgespec.runtime.prompt_cache import GIB, CacheOptions
 from edgespec.ui.answer import AnswerRun
-from edgespec.ui.figures import DRAFTED_NAME, DRAFTER_COLOURS, NO_DRAFT_NAME, gauge_figure, steps_figure
+from edgespec.ui.figures import DRAFTED_NAME, DRAFTER_COLOURS, NO_DRAFT_NAME, steps_figure
+from edgespec.ui.gauge import gauge_html
 from edgespec.ui.handlers import View
-from edgespec.ui.layout import build_app, drafter_choices, drafter_help
+from edgespec.ui.layout import build_app, drafter_choices, drafter_help, launch_app
 from edgespec.ui.reasons import FIXED_WORDS, IDLE_WORDS, reason_words
 from edgespec.ui.text import (
     PROVENANCE_STYLE,
@@ -123,10 +125,6 @@ def finished(events: list[Event]) -> AnswerRun:
     return run
 
 
-def figure_title(figure) -> str:
-    return figure.layout.title.text
-
-
 def test_legend_separates_corrections_from_tokens_with_no_draft():
     assert list(PROVENANCE_STYLE) == [DRAFT, TARGET, BONUS, PLAIN]
     labels = {source: label for source, (label, _, _) in PROVENANCE_STYLE.items()}
@@ -178,26 +176,32 @@ def test_step_chart_draws_steps_without_a_draft_at_zero():
     assert list(plain.data[0].x) == [1, 2, 3, 4, 5] and set(plain.data[0].y) == {0}
 
 
+def gauge_numbers(markup: str) -> tuple[int, int]:
+    accepted = int(re.search(r'data-accepted="(\d+)"', markup).group(1))
+    drafted = int(re.search(r'data-drafted="(\d+)"', markup).group(1))
+    return accepted, drafted
+
+
 def test_gauge_names_its_step_while_streaming_and_sums_up_the_answer_at_the_end():
-    live = gauge_figure(fold(drafted_events()))
-    assert "step 2 of 3 so far: copy, 2 of 8 accepted" in figure_title(live)
-    assert live.data[0].value == 2 and live.data[0].number.suffix == " / 8"
+    live = gauge_html(fold(drafted_events()))
+    assert "step 2 of 3 so far: copy, 2 of 8 accepted" in live
+    assert gauge_numbers(live) == (2, 8) and ">2 / 8</text>" in live
 
-    end = gauge_figure(finished(drafted_events()))
-    title = figure_title(end)
-    assert "whole answer: 2 of 3 steps drafted" in title
-    assert "6 of 12 drafted tokens accepted, τ 3.00" in title
-    assert end.data[0].value == 6 and end.data[0].number.suffix == " / 12"
-    assert "step 2" not in title
+    end = gauge_html(finished(drafted_events()))
+    assert "whole answer: 2 of 3 steps drafted" in end
+    assert "6 of 12 drafted tokens accepted, τ 3.00" in end
+    assert gauge_numbers(end) == (6, 12) and "step 2" not in end
+    # The arc is as long as the share accepted: half of it here.
+    dash = re.search(r'stroke-dasharray="([0-9.]+) ([0-9.]+)"', end)
+    assert abs(float(dash.group(1)) / float(dash.group(2)) - 0.5) < 0.01
 
-    nothing = gauge_figure(finished(plain_events(55)))
-    title = figure_title(nothing)
-    assert "no drafting in this answer" in title and "55 steps" in title and "τ 1.00" in title
-    assert nothing.data[0].value == 0 and "waiting" not in title
-    assert "no drafts" in nothing.layout.annotations[0].text, "no acceptance rate over nothing drafted"
+    nothing = gauge_html(finished(plain_events(55)))
+    assert "no drafting in this answer" in nothing and "55 steps" in nothing and "τ 1.00" in nothing
+    assert gauge_numbers(nothing) == (0, 0) and "waiting" not in nothing
+    assert "no drafts" in nothing, "no acceptance rate over nothing drafted"
 
-    assert "no drafting step yet (3 plain steps so far)" in figure_title(gauge_figure(fold(plain_events(3))))
-    assert "send a message" in figure_title(gauge_figure(None))
+    assert "no drafting step yet (3 plain steps so far)" in gauge_html(fold(plain_events(3)))
+    assert "send a message" in gauge_html(None)
 
 
 @pytest.mark.parametrize(
@@ -246,7 +250,8 @@ def test_rates_say_they_are_end_to_end():
     table = final_stats_markdown(stats, "eos")
     assert "| tokens/s, end to end | 5.5 " in table
     assert "| tokens/s, decode phase | 10.0 " in table
-    assert "both end to end" in speedup_markdown(5.5, 4.0)
+    figure = speedup_markdown(5.5, [4.0, 4.4])
+    assert "all end to end" in figure and "×1.31" in figure and "4.0 and 4.4 tok/s" in figure
 
 
 def test_drafter_choices_come_from_the_registry_with_auto_first():
@@ -277,9 +282,9 @@ def free_port() -> int:
 
 @contextmanager
 def launch(lm: EdgeSpec | None, load_error: str | None = None) -> Iterator[str]:
-    demo = build_app(lm, load_error=load_error).queue()
+    demo = build_app(lm, load_error=load_error)
     port = free_port()
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    launch_app(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
@@ -321,9 +326,8 @@ def answer_text(chatbot: Any) -> str:
     return "".join(part.get("text", "") for part in chatbot[-1]["content"])
 
 
-def gauge_value(plot: dict) -> float:
-    figure = json.loads(plot["plot"])
-    return figure["data"][0]["value"]
+def gauge_value(markup: str) -> int:
+    return gauge_numbers(markup)[0]
 
 
 def wait_for_text(job, timeout: float = 120) -> str:
@@ -356,7 +360,7 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
     assert 'data-source="draft"' in final[OUT["provenance"]]
     assert final[OUT["steps_table"]]["data"][0][1] == "model"
     assert json.loads(final[OUT["steps_plot"]]["plot"])["data"]
-    gauges = [o[OUT["gauge"]] for o in job.outputs() if "plot" in o[OUT["gauge"]]]
+    gauges = [o[OUT["gauge"]] for o in job.outputs() if "data-accepted" in str(o[OUT["gauge"]])]
     assert max(gauge_value(g) for g in gauges) > 0
     assert "speedup ×" not in final[OUT["speedup"]], "no speedup figure before a measured baseline"
 

@@ -16,7 +16,7 @@ import pytest
 from edgespec.api import EdgeSpec
 from edgespec.decoding.drafters import CHOICES, NONE_COLOUR, REGISTRY
 from edgespec.ui.figures import NO_DRAFT_NAME
-from edgespec.ui.layout import build_app
+from edgespec.ui.layout import build_app, launch_app
 
 pytestmark = [
     pytest.mark.slow,
@@ -72,9 +72,9 @@ def app_url() -> Iterator[str]:
         print(f"skipping the browser test: {reason}")
         pytest.skip(reason)
     lm = EdgeSpec(quiet=True)
-    demo = build_app(lm).queue()
+    demo = build_app(lm)
     port = free_port()
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    launch_app(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
     # A failed test can leave an answer running in Gradio's worker thread: close ends it,

@@ -77,8 +77,13 @@ def app_rate(page, prompt: str, drafter: str) -> float:
     page.click(f"#drafter label:has-text('{drafter}')")
     page.fill("#message textarea", prompt)
     page.keyboard.press("Enter")
+    # Polled once a second, by textContent: polling at every animation frame (the default)
+    # and reading innerText (a forced layout) would make the page redraw 60 times a second,
+    # a cost no user's browser pays.
     page.wait_for_function(
-        "() => document.querySelector('#stats')?.innerText.includes('decode phase')", timeout=TIMEOUT_S * 1000
+        "() => document.querySelector('#stats')?.textContent.includes('decode phase')",
+        timeout=TIMEOUT_S * 1000,
+        polling=1000,
     )
     text = page.inner_text("#stats").replace("\t", " | ")
     found = DECODE.search(re.sub(r"\s*\|\s*", " | ", text))
@@ -107,15 +112,15 @@ def measure(args: argparse.Namespace) -> list[Pairing]:
     from playwright.sync_api import sync_playwright
 
     from edgespec.api import EdgeSpec, RuntimeOptions
-    from edgespec.ui.layout import build_app
+    from edgespec.ui.layout import build_app, launch_app
 
     if not CHROMIUM.exists():
         raise EdgespecError(f"{CHROMIUM} is not installed (make setup-test installs it)")
     lm = EdgeSpec(options=RuntimeOptions(n_ctx=args.ctx, engine_thread=True), quiet=True)
     lm.controller_state()
-    demo = build_app(lm).queue()
+    demo = build_app(lm)
     port = free_port()
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    launch_app(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     pairings = [Pairing(d) for d in args.drafters]
     try:
         with sync_playwright() as playwright:

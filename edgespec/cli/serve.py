@@ -212,7 +212,8 @@ def mount_chat_app(
     import gradio
 
     from edgespec.server.app import add_api_fallback
-    from edgespec.ui.layout import build_app
+    from edgespec.ui.layout import build_app, calm_queue
+    from edgespec.ui.live import HeadScript
 
     try:
         lm = load(args)
@@ -222,7 +223,10 @@ def mount_chat_app(
     state.attach(lm)
     # After the API routes, so that "/" catches only what they do not.
     add_api_fallback(app)
-    gradio.mount_gradio_app(app, build_app(lm).queue(), path="/")
+    demo = build_app(lm)
+    app.include_router(demo.live_feeds.router())  # the page's live feed, before "/" takes the rest
+    app.add_middleware(HeadScript)
+    gradio.mount_gradio_app(app, calm_queue(demo.queue()), path="/")
     print(f"edgespec serve: chat app at {url}/", file=sys.stderr, flush=True)
     return lm
 

@@ -2,9 +2,11 @@
 
 One loaded model pair serves every browser tab. Generations (chat and the baseline
 measurement) share the pair's slots (one for the app alone, ``--parallel`` with ``serve
---ui``), so a tab beyond them waits its turn and sees its place in the queue. Each tab
-keeps a list of chats; switching, Stop, Clear, the lenience slider and the colouring
-toggle bypass the queue so they act at once even while an answer streams.
+--ui``), so a tab beyond them waits its turn and is told so. While an answer decodes the
+page reads its panels from the answer's live feed (``ui/live.py``): ``launch_app`` and
+``serve --ui`` mount the feed's route beside the app. Each tab keeps a list of chats;
+switching, Stop, Clear, the lenience slider and the colouring toggle bypass the queue so
+they act at once even while an answer streams.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from edgespec.api import EdgeSpec
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
-from edgespec.ui.handlers import GAMMA_CHOICES, ChatHandlers, View, empty_gauge
+from edgespec.ui.handlers import ChatHandlers, empty_gauge
+from edgespec.ui.live import LIVE_JS, HeadScript, LiveFeeds
 from edgespec.ui.session import Session
 from edgespec.ui.text import LENIENCE_NOTE, STEP_HEADERS, error_markdown, provenance_html, speedup_markdown
+from edgespec.ui.views import GAMMA_CHOICES, View
 
 ENGINE_QUEUE = "engine"  # the concurrency group of everything that runs the models
 
@@ -32,10 +37,13 @@ def drafter_help(choices: list[str]) -> str:
     return "  \n".join(f"**{name}**: {CHOICE_HELP[name]}" for name in choices)
 
 
-def build_app(lm: EdgeSpec | None, load_error: str | None = None) -> gr.Blocks:
+def build_app(
+    lm: EdgeSpec | None, load_error: str | None = None, feeds: LiveFeeds | None = None
+) -> gr.Blocks:
     """The chat app around ``lm``; with ``lm=None`` the app still starts and shows
-    ``load_error`` instead of answering."""
-    handlers = ChatHandlers(lm, load_error)
+    ``load_error`` instead of answering. ``feeds``: where its answers' live feeds are
+    kept (mount ``feeds.router()`` on the server that serves the app)."""
+    handlers = ChatHandlers(lm, load_error, feeds)
     with gr.Blocks(title="edgespec chat", analytics_enabled=False) as demo:
         session = gr.State(Session())
         gr.Markdown(_header(lm))
@@ -53,7 +61,25 @@ def build_app(lm: EdgeSpec | None, load_error: str | None = None) -> gr.Blocks:
         settings = _settings_panel(drafter_choices(lm is None or lm.draft is not None))
         answered = _wire(demo, handlers, view, settings, session)
         _wire_chats(handlers, view, chats, session, answered)
+    demo.live_feeds = handlers.feeds  # type: ignore[attr-defined]  # for launch_app
     return demo
+
+
+def calm_queue(demo: gr.Blocks) -> gr.Blocks:
+    """Gradio's queue looks for new events every millisecond and for progress every ten
+    when it has nothing to do: a thousand wake-ups a second, each one taken from the
+    decoding's cores (5–7 % of a core here, measured). Every 50 ms and 100 ms, as Gradio
+    itself does on Windows, is still far quicker than a person notices."""
+    demo._queue.sleep_when_free = 0.05
+    demo._queue.progress_update_sleep_when_free = 0.1
+    return demo
+
+
+def launch_app(demo: gr.Blocks, **launch: Any) -> None:
+    """``demo.launch(**launch)`` with the live feed's route mounted beside the app."""
+    calm_queue(demo.queue())
+    demo.launch(app_kwargs={"middleware": [Middleware(HeadScript)]}, **launch)
+    demo.app.include_router(demo.live_feeds.router())  # type: ignore[attr-defined]
 
 
 def _header(lm: EdgeSpec | None) -> str:
@@ -94,8 +120,11 @@ def _chat_column() -> dict[str, Any]:
         container=True,
         js_on_load=None,  # a plain panel: no click events
     )
+    # Empty and unseen: it names the running answer's feed, and its script reads it.
+    live = gr.HTML("", elem_id="live-feed", js_on_load=LIVE_JS, container=False)
     return {
         "chatbot": chatbot,
+        "live": live,
         "error": error,
         "message": message,
         "send": send,
@@ -107,7 +136,7 @@ def _chat_column() -> dict[str, Any]:
 
 
 def _metrics_column() -> dict[str, Any]:
-    gauge = gr.Plot(empty_gauge(), label="Accepted tokens", show_label=False, elem_id="gauge")
+    gauge = gr.HTML(empty_gauge(), elem_id="gauge", padding=True, js_on_load=None)
     stats = gr.Markdown("", elem_id="stats")
     with gr.Row():
         measure = gr.Button("Measure baseline", size="sm", elem_id="measure", scale=0, min_width=150)
@@ -178,39 +207,27 @@ def _wire(
         view["colour"],
         session,
     ]
-    # Generations share the pair's slots (one for the app alone): a tab beyond them queues.
-    # It is told so at once (announce, outside the queue), and Gradio's progress display
-    # shows its queue position.
+    # Generations share the pair's slots (one for the app alone): a tab beyond them queues,
+    # and is told so by its live feed. An answer asked in the page runs as begin, run
+    # (queued, no outputs: no progress display redraws the page while it decodes) and
+    # finish; the /chat and /measure_baseline APIs are one event each, on hidden triggers.
     slots = handlers.lm.engine.slots.count if handlers.lm is not None else 1
-    engine = {"concurrency_limit": slots, "concurrency_id": ENGINE_QUEUE, "show_progress": "full"}
-    submitted = gr.on(
-        [view["message"].submit, view["send"].click],
-        handlers.announce,
-        [view["message"]],
-        [view["stats"]],
-        queue=False,
-        show_progress="hidden",
-        api_visibility="private",
-    )
-    answered = submitted.then(
-        handlers.chat,
-        chat_inputs,
-        outputs,
-        api_name="chat",
-        show_progress_on=[view["chatbot"], view["gauge"]],
-        **engine,
-    )
-    view["measure"].click(
-        handlers.measure_baseline,
-        [session],
-        outputs,
-        api_name="measure_baseline",
-        show_progress_on=[view["speedup"]],
-        **engine,
-    )
-    # Not queued: these must act while a generation holds the engine's slot.
+    engine = {"concurrency_limit": slots, "concurrency_id": ENGINE_QUEUE, "show_progress": "hidden"}
     quick = {"queue": False, "show_progress": "hidden"}
-    view["stop"].click(handlers.stop, None, None, api_name="stop", **quick)
+    private = {"api_visibility": "private"}
+    begun = gr.on(
+        [view["message"].submit, view["send"].click], handlers.begin, chat_inputs, outputs, **quick, **private
+    )
+    ran = begun.then(handlers.run, [session], None, **engine, **private)
+    answered = ran.then(handlers.finish, [session], outputs, **quick, **private)
+    measured = view["measure"].click(handlers.baseline_begin, [session], outputs, **quick, **private)
+    measured = measured.then(handlers.baseline_run, [session], None, **engine, **private)
+    measured.then(handlers.baseline_show, [session], outputs, **quick, **private)
+    api_chat, api_baseline = gr.Button(visible=False), gr.Button(visible=False)
+    api_chat.click(handlers.chat, chat_inputs, outputs, api_name="chat", **engine)
+    api_baseline.click(handlers.measure_baseline, [session], outputs, api_name="measure_baseline", **engine)
+    # Not queued: these must act while a generation holds the engine's slot.
+    view["stop"].click(handlers.stop, [session], None, api_name="stop", **quick)
     view["clear"].click(handlers.clear, [session], outputs, api_name="clear", **quick)
     settings["lenience"].change(
         handlers.set_lenience, [settings["lenience"], session], None, api_name="set_lenience", **quick

@@ -29,8 +29,10 @@ class Session:
     last_settings: dict[str, Any] | None = None  # settings_from keywords of the latest answer
     # Target-only tokens/s on the prompt and settings of one answer (``baseline_for``),
     # measured at the user's request: a speed-up is shown for that answer only.
-    baseline_rate: float | None = None
+    baseline_rates: list[float] | None = None
     baseline_for: AnswerRun | None = None
+    pending: Any = None  # the answer begun in this tab and not yet shown whole (handlers.Pending)
+    baseline_job: Any = None  # a baseline being measured (handlers.BaselineJob)
     live: LiveControl | None = None  # the running answer's live control (the lenience slider)
     epoch: int = 0  # bumped by Clear: a generation from an older epoch must not write back
 
@@ -67,15 +69,15 @@ class Session:
         self.history = []
         self._forget_answers()
 
-    def baseline(self) -> float | None:
-        """The measured baseline, if it was measured for the latest answer."""
+    def baseline(self) -> list[float] | None:
+        """The baseline's measured rates, if they were measured for the latest answer."""
         return (
-            self.baseline_rate if self.last_run is not None and self.baseline_for is self.last_run else None
+            self.baseline_rates if self.last_run is not None and self.baseline_for is self.last_run else None
         )
 
     def _forget_answers(self) -> None:
         # The baseline belonged to an answer of this chat: it goes with it.
-        self.baseline_rate = self.baseline_for = None
+        self.baseline_rates = self.baseline_for = None
         self.last_run = None
         self.current_run = None
         self.last_prompt = None

@@ -4,6 +4,7 @@ the data, so they are easy to test and the handlers stay about control flow."""
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 from edgespec.decoding.drafters import NONE_COLOUR
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Stats, Step
@@ -52,23 +53,36 @@ _STOP_REASONS = {
 }
 
 
-def provenance_html(run: AnswerRun | None, colour: bool) -> str:
+def provenance_html(run: AnswerRun | None, colour: bool, live: bool = False) -> str:
     """The latest answer as HTML: one coloured span per run of same-provenance tokens and
-    a legend when colouring is on; the plain text when it is off."""
+    a legend when colouring is on; the plain text when it is off. ``live``: the legend and
+    the text are slots the live feed writes into (``ui/live.py``)."""
     text = run.text if run is not None else ""
-    if not text:
+    if not text and not live:
         body = '<span style="opacity:0.6">The latest answer appears here, token by token.</span>'
-    elif colour and run is not None:
-        body = "".join(_provenance_span(piece, source) for piece, source in run.runs)
     else:
-        body = html.escape(text)
-    counts = run.sources if run is not None else {}
-    legend = _legend_html(counts) if colour else '<div style="opacity:0.6">colouring off: plain text</div>'
+        body = provenance_pieces(run.runs if run is not None else [], colour)
+    slot = " live-slot-legend" if live else ""
+    text_slot = " live-slot-tokens" if live else ""
     return (
-        f'<div class="provenance-panel">{legend}'
-        f'<div class="provenance-text" style="white-space:pre-wrap;font-family:ui-monospace,monospace;'
-        f'font-size:0.9em;line-height:1.6;margin-top:6px">{body}</div></div>'
+        f'<div class="provenance-panel"><div class="provenance-legend-box{slot}">'
+        f"{provenance_legend(run, colour)}</div>"
+        f'<div class="provenance-text{text_slot}" style="white-space:pre-wrap;font-family:ui-monospace,'
+        f'monospace;font-size:0.9em;line-height:1.6;margin-top:6px;contain:content">{body}</div></div>'
     )
+
+
+def provenance_pieces(pieces: Sequence[Sequence[str]], colour: bool) -> str:
+    """Runs of same-provenance text as coloured spans (plain text when colouring is off)."""
+    if not colour:
+        return html.escape("".join(text for text, _ in pieces))
+    return "".join(_provenance_span(text, source) for text, source in pieces if text)
+
+
+def provenance_legend(run: AnswerRun | None, colour: bool) -> str:
+    if not colour:
+        return '<div style="opacity:0.6">colouring off: plain text</div>'
+    return _legend_html(run.sources if run is not None else {})
 
 
 def _provenance_span(text: str, source: str) -> str:
@@ -91,8 +105,17 @@ def _legend_html(counts: dict[str, int]) -> str:
 
 
 def live_stats_markdown(run: AnswerRun) -> str:
+    return _live_stats(run, "**{}**")
+
+
+def live_stats_html(run: AnswerRun) -> str:
+    return _live_stats(run, "<b>{}</b>")
+
+
+def _live_stats(run: AnswerRun, bold: str) -> str:
     steps = len(run.steps)
-    line = f"Generating… **{run.tokens}** tokens, {steps} target passes"
+    tokens = bold.format(run.tokens) + (" token" if run.tokens == 1 else " tokens")
+    line = f"Generating… {tokens}, {_count(steps, 'target pass')}"
     if steps:
         line += f", τ {run.tau:.2f}"
     if run.drafted:
@@ -131,24 +154,26 @@ def _time_split(stats: Stats) -> str:
     return ", ".join(f"{name} {seconds:.2f} s ({100 * seconds / total:.0f}%)" for name, seconds in parts)
 
 
-def speedup_markdown(answer_rate: float | None, baseline_rate: float | None) -> str:
-    """Only ever a ratio of two rates measured here: no baseline, no speedup figure."""
-    if baseline_rate is None:
+def speedup_markdown(answer_rate: float | None, baseline_rates: Sequence[float] | None) -> str:
+    """Only ever a ratio of two rates measured here: no baseline, no speedup figure. The
+    baseline is measured twice; both rates are shown, so their spread says how far the
+    figure can be trusted."""
+    if not baseline_rates:
         if answer_rate is None:
             return "Speedup: send a message, then **Measure baseline** to time the target model alone."
         return (
             "Speedup: no figure yet. **Measure baseline** re-runs the last prompt with the target "
             "model alone (drafter none) on this machine."
         )
-    if answer_rate is None or baseline_rate <= 0:
-        return (
-            f"Measured baseline: {baseline_rate:.1f} tok/s end to end (target only). "
-            "Send a message to compare."
-        )
+    mean = sum(baseline_rates) / len(baseline_rates)
+    runs = " and ".join(f"{rate:.1f}" for rate in baseline_rates)
+    if answer_rate is None or mean <= 0:
+        return f"Measured baseline: {runs} tok/s end to end (target only). Send a message to compare."
     return (
-        f"**speedup ×{answer_rate / baseline_rate:.2f} vs measured baseline ({baseline_rate:.1f} tok/s)**"
-        f" — last answer {answer_rate:.1f} tok/s, both end to end. The baseline is the target model "
-        "alone on the last prompt, with the same settings and cache state, measured on this machine."
+        f"**speedup ×{answer_rate / mean:.2f} vs measured baseline ({mean:.1f} tok/s)**"
+        f" — this answer {answer_rate:.1f} tok/s; the baseline ran {len(baseline_rates)} times "
+        f"({runs} tok/s), all end to end. The baseline is the target model alone on this "
+        "answer's prompt, with the same settings and cache state, measured on this machine."
     )
 
 
@@ -184,7 +209,9 @@ def gauge_reading(run: AnswerRun | None) -> tuple[int, int, list[str]]:
 
 
 def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    if n == 1:
+        return f"{n} {noun}"
+    return f"{n} {noun}es" if noun.endswith("s") else f"{n} {noun}s"
 
 
 def error_markdown(message: str) -> str:

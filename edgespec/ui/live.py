@@ -1,0 +1,260 @@
+"""The chat app's live view. While an answer decodes, the browser reads what its panels
+show from a plain server-sent-event stream (``GET /edgespec/live/<feed>``) and swaps each
+fragment into its slot, instead of receiving Gradio event updates.
+
+Why: on a machine whose cores llama.cpp keeps busy, every other runnable thread stalls the
+decoding. A streamed Gradio update costs tens of milliseconds of CPU between the server
+and the page, and while a Gradio event is pending the page redraws at 60 frames a second
+for its progress timer; together they took 20–40 % of the app's decode rate
+(docs/app-cost.md). A fragment swapped in costs well under a millisecond, and the answer
+runs in an event with no outputs, which keeps no progress timer running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from edgespec.ui.answer import AnswerRun
+from edgespec.ui.gauge import gauge_html
+from edgespec.ui.text import live_stats_html, provenance_legend, provenance_pieces
+
+LIVE_PATH = "edgespec/live"
+# New text reaches the page at most five times a second (smooth to read, and appended, so
+# cheap to draw); the small panels change at most twice a second. Every redraw of the page
+# costs a software-rendered browser about 8 ms of CPU taken from the decoding.
+LIVE_INTERVAL_S = 0.2
+PANEL_INTERVAL_S = 0.5
+KEPT_FEEDS = 64  # feeds of recent answers a page may still connect to
+WAITING_HTML = (
+    "⏳ <b>Waiting for your turn</b>: another answer is being generated on the shared "
+    "engine. Yours starts when it ends."
+)
+# Runs in the page once, in the hidden live panel: connects to the feed named in the
+# panel and writes each fragment into the last element marked with its slot's name.
+LIVE_JS = f"""
+let source = null, feed = null;
+const last = (name) => {{
+  const slots = document.querySelectorAll(`.live-slot-${{name}}`);
+  return slots.length ? slots[slots.length - 1] : null;
+}};
+const connect = () => {{
+  const tag = element.querySelector('[data-feed]');
+  const id = tag ? tag.dataset.feed : null;
+  if (!id || id === feed) return;
+  feed = id;
+  if (source) source.close();
+  source = new EventSource(new URL('{LIVE_PATH}/' + id, document.baseURI));
+  source.onmessage = (event) => {{
+    const message = JSON.parse(event.data);
+    for (const [name, markup] of Object.entries(message.replace || {{}})) {{
+      const slot = last(name);
+      if (slot) slot.innerHTML = markup;
+    }}
+    for (const [name, markup] of Object.entries(message.append || {{}})) {{
+      const slot = last(name);
+      if (slot) slot.insertAdjacentHTML('beforeend', markup);
+    }}
+  }};
+  const close = () => {{ if (source) source.close(); source = null; }};
+  source.addEventListener('done', close);
+  source.onerror = close;
+}};
+new MutationObserver(connect).observe(element, {{childList: true, subtree: true, attributes: true}});
+connect();
+"""
+
+
+# Gradio 6's status tracker keeps a timer loop of one callback per animation frame running
+# even on an idle page (60 frames a second: about 10 % of a core in a software-rendered
+# browser, all of it taken from the decoding). Its frames are let through twice a second,
+# which its one-decimal timer still reads right; every other caller keeps every frame.
+# It must run before Gradio's modules take their reference to requestAnimationFrame, so
+# it goes first in the page's <head> (``HeadScript``), not in Gradio's own ``head``.
+PAGE_SCRIPT = b"""<script>
+(() => {
+  const frame = window.requestAnimationFrame.bind(window);
+  window.requestAnimationFrame = (callback) => {
+    if ((new Error().stack || "").includes("statustracker")) {
+      return setTimeout(() => frame(callback), 500);
+    }
+    return frame(callback);
+  };
+})();
+</script>"""
+
+
+class HeadScript:
+    """ASGI middleware: puts ``PAGE_SCRIPT`` first in the <head> of every HTML page the
+    app serves (the app's own page is small and sent whole)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "GET":
+            return await self.app(scope, receive, send)
+        start: dict | None = None
+        body = bytearray()
+
+        async def capture(message):
+            nonlocal start
+            if message["type"] == "http.response.start":
+                headers = dict(message.get("headers") or [])
+                if not headers.get(b"content-type", b"").startswith(b"text/html"):
+                    start = None
+                    return await send(message)
+                start = message
+                return None
+            if start is None:
+                return await send(message)
+            body.extend(message.get("body", b""))
+            if message.get("more_body"):
+                return None
+            page = bytes(body).replace(b"<head>", b"<head>" + PAGE_SCRIPT, 1)
+            headers = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
+            headers.append((b"content-length", str(len(page)).encode()))
+            await send({**start, "headers": headers})
+            return await send({"type": "http.response.body", "body": page})
+
+        return await self.app(scope, receive, capture)
+
+
+def live_slot(name: str, markup: str, style: str = "") -> str:
+    """A panel's content as a slot the live feed writes into. Marked by a class: the
+    chat's and Markdown's sanitizer keeps classes, and drops data attributes."""
+    # Contained: a slot's new content is laid out and painted alone, not the whole page.
+    return f'<div class="live-slot-{name}" style="contain:content;{style}">{markup}</div>'
+
+
+def answer_slot(text: str = "") -> str:
+    """The answer's bubble while it streams: plain text, its indentation kept."""
+    return live_slot("answer", html.escape(text) or "…", "white-space:pre-wrap")
+
+
+def feed_tag(feed_id: str | None) -> str:
+    return f'<div data-feed="{feed_id}"></div>' if feed_id else ""
+
+
+@dataclass
+class Feed:
+    """One answer as the page sees it while it runs; its thread fills ``run``."""
+
+    run: AnswerRun
+    colour: bool
+    waiting: bool = True  # queued behind another answer
+    finished: bool = False
+    shown: int = 0  # bumped when the page's panels were redrawn whole (the colouring toggle)
+
+    def version(self) -> tuple:
+        return (self.run.tokens, len(self.run.steps), self.waiting, self.finished, self.shown, self.colour)
+
+
+class FeedReader:
+    """What one page connection was sent of a feed, so that each message carries only
+    what changed: new text is appended (the browser lays out and paints only the new
+    lines); the small panels (legend, gauge, stats) are replaced, at most every
+    ``PANEL_INTERVAL_S`` and once at the end."""
+
+    def __init__(self, feed: Feed):
+        self.feed = feed
+        self._position: tuple[int, int] | None = None  # (run, offset) sent; None: nothing yet
+        self._shown = feed.shown
+        self._panels_at = float("-inf")
+
+    def message(self, now: float) -> dict[str, dict[str, str]]:
+        feed = self.feed
+        if feed.waiting and not feed.finished:
+            return {"replace": {"stats": WAITING_HTML}}
+        message: dict[str, dict[str, str]] = {"replace": {}, "append": {}}
+        pieces = [(text, source) for text, source in feed.run.runs]
+        if self._position is None or self._shown != feed.shown:
+            self._shown, start = feed.shown, (0, 0)
+            new = pieces
+            message["replace"]["answer"] = ""
+            message["replace"]["tokens"] = ""
+        else:
+            start = self._position
+            new = _since(pieces, start)
+        if pieces:
+            self._position = (len(pieces) - 1, len(pieces[-1][0]))
+        elif self._position is None:
+            self._position = (0, 0)
+        text = "".join(piece for piece, _ in new)
+        if text:
+            message["append"]["answer"] = html.escape(text)
+            message["append"]["tokens"] = provenance_pieces(new, feed.colour)
+        if feed.finished or now - self._panels_at >= PANEL_INTERVAL_S:
+            self._panels_at = now
+            message["replace"].update(
+                legend=provenance_legend(feed.run, feed.colour),
+                gauge=gauge_html(feed.run),
+                stats=live_stats_html(feed.run),
+            )
+        return message
+
+
+def _since(pieces: list[tuple[str, str]], position: tuple[int, int]) -> list[tuple[str, str]]:
+    """The runs of text after ``position`` (a run index and an offset in that run)."""
+    index, offset = position
+    if index >= len(pieces):
+        return []
+    return [(pieces[index][0][offset:], pieces[index][1]), *pieces[index + 1 :]]
+
+
+class LiveFeeds:
+    """The feeds of one app's recent answers, by unguessable id; the oldest are dropped."""
+
+    def __init__(self, kept: int = KEPT_FEEDS):
+        self._kept = kept
+        self._feeds: OrderedDict[str, Feed] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def open(self, feed: Feed) -> str:
+        feed_id = secrets.token_urlsafe(12)
+        with self._lock:
+            self._feeds[feed_id] = feed
+            while len(self._feeds) > self._kept:
+                self._feeds.popitem(last=False)
+        return feed_id
+
+    def get(self, feed_id: str) -> Feed | None:
+        with self._lock:
+            return self._feeds.get(feed_id)
+
+    def router(self) -> APIRouter:
+        """The route the page reads feeds from; mount it on the app that serves the UI."""
+        router = APIRouter()
+
+        @router.get(f"/{LIVE_PATH}/{{feed_id}}", include_in_schema=False)
+        async def live(feed_id: str):
+            feed = self.get(feed_id)
+            if feed is None:
+                return JSONResponse({"error": f"no live answer {feed_id!r}"}, status_code=404)
+            headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+            return StreamingResponse(_events(feed), media_type="text/event-stream", headers=headers)
+
+        return router
+
+
+async def _events(feed: Feed) -> AsyncIterator[str]:
+    reader, sent = FeedReader(feed), None
+    loop = asyncio.get_running_loop()
+    while True:
+        version = feed.version()
+        if version != sent:
+            sent = version
+            yield f"data: {json.dumps(reader.message(loop.time()))}\n\n"
+        if feed.finished:
+            yield "event: done\ndata: {}\n\n"
+            return
+        await asyncio.sleep(LIVE_INTERVAL_S)

@@ -72,6 +72,9 @@ def arm() -> None:
     if not is_child() or _step_fd is not None:
         return
     log, step = os.environ.get(ENV_LOG), os.environ.get(ENV_STEP)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # a background job: see supervise
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     # Processes this one starts supervise themselves rather than write into our files.
     for name in (ENV_LOG, ENV_STEP, ENV_PARENT):
         os.environ.pop(name, None)
@@ -157,12 +160,14 @@ def supervise(argv: list[str], *, program: str = "edgespec") -> int:
 
     # Python-level handlers, never SIG_IGN: an ignored disposition would be inherited by
     # processes started later and make them deaf to Ctrl-C.
-    # A signal this process was started ignoring (nohup, a background job) stays ignored:
-    # the child inherited that too.
+    # A hangup this process was started ignoring (nohup) stays ignored: the child inherited
+    # that too. An interrupt is always honoured: a shell starts its background jobs with
+    # SIGINT ignored, yet ``kill -INT`` on one is how a user asks it to stop (the child
+    # takes SIGINT back in ``arm``).
     previous = {}
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):  # not the main thread: leave as is
-            if signal.getsignal(signum) is not signal.SIG_IGN:
+            if signum == signal.SIGINT or signal.getsignal(signum) is not signal.SIG_IGN:
                 previous[signum] = signal.signal(signum, forward)
     try:
         while True:

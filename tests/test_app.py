@@ -254,6 +254,25 @@ def test_rates_say_they_are_end_to_end():
     assert "all end to end" in figure and "×1.31" in figure and "4.0 and 4.4 tok/s" in figure
 
 
+def test_a_one_token_answer_has_no_decode_phase_and_plain_tau_is_explained():
+    one = final_stats_markdown(Stats(tokens=1, target_passes=0, wall_s=0.3, ttft_s=0.3), "eos")
+    assert "| tokens/s, decode phase | — (the answer ended at its first token" in one
+    assert "— (no pass after the first token)" in one and "τ" in one and "| 0.00 over" not in one
+    plain = final_stats_markdown(Stats(tokens=37, target_passes=37, wall_s=2.0, ttft_s=0.2), "eos")
+    assert "0.97 over 37 passes (1 a pass without drafts, less the pass that ended the answer)" in plain
+    # Prefill holds the draft's prompt pass too, which runs after the first token.
+    assert "prefill (target, then draft)" in plain and "(the target's prompt pass)" in plain
+
+
+def test_the_gauge_counts_the_drafts_the_answer_kept_as_the_legend_does():
+    # Four drafts accepted, but the answer ended (max tokens) after two of them.
+    run = fold([*tokens(PLAIN), step("model", 4, 4), *tokens(DRAFT, DRAFT)])
+    run.add(done(run))
+    html = gauge_html(run)
+    assert gauge_numbers(html) == (2, 4) and run.sources[DRAFT] == 2
+    assert "2 of 4 drafted tokens accepted" in html
+
+
 def test_drafter_choices_come_from_the_registry_with_auto_first():
     assert drafter_choices(has_draft=True) == list(CHOICES)
     assert drafter_choices(has_draft=True)[0] == AUTO

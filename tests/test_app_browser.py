@@ -15,7 +15,7 @@ import pytest
 
 from edgespec.api import EdgeSpec
 from edgespec.decoding.drafters import CHOICES, NONE_COLOUR, REGISTRY
-from edgespec.ui.figures import NO_DRAFT_NAME
+from edgespec.ui.figures import DRAFTED_NAME, NO_DRAFT_NAME
 from edgespec.ui.layout import build_app, launch_app
 
 pytestmark = [
@@ -130,6 +130,19 @@ def legend(page) -> dict[str, tuple[int, str]]:
     return {source: (count, label) for source, count, label in page.evaluate(LEGEND_JS)}
 
 
+def check_chart_colours(traces: list[dict]) -> None:
+    """No chart colour may pass for a provenance colour of the text beside it (the grey
+    of steps with no draft is the provenance grey on purpose: both mean no draft)."""
+    from test_palette import DISTINCT, SOLID, delta_e
+
+    for trace in traces:
+        colour = trace["colour"]
+        if trace["name"] in (NO_DRAFT_NAME, DRAFTED_NAME):
+            continue
+        for source, solid in SOLID.items():
+            assert delta_e(colour, solid) >= DISTINCT, f"{trace['name']} {colour} looks like {source} {solid}"
+
+
 def check_drafted_answer(page) -> None:
     """Legend, chart and gauge of an answer drafted by the model at γ = 4."""
     chips = legend(page)
@@ -140,6 +153,7 @@ def check_drafted_answer(page) -> None:
     traces = {trace["name"]: trace for trace in chart(page, lambda names: "accepted (model)" in names)}
     model = traces["accepted (model)"]
     assert model["colour"] == REGISTRY["model"].colour and max(model["y"]) > 0
+    check_chart_colours(list(traces.values()))
     if NO_DRAFT_NAME in traces:  # steps with no draft sit at 0, never as a token
         assert set(traces[NO_DRAFT_NAME]["y"]) == {0}
     gauge = page.locator("#gauge")
@@ -178,6 +192,8 @@ def test_chat_in_a_real_browser(app_url: str):
             page = open_app(browser, app_url)
             waiting = open_app(browser, app_url)
             waiting.fill("#message textarea", "Say hello in one word.")
+            withdrawn = open_app(browser, app_url)
+            withdrawn.fill("#message textarea", "Say goodbye in one word.")
 
             page.fill("#message textarea", "Write a Python function that checks whether a number is prime.")
             page.keyboard.press("Enter")
@@ -193,8 +209,12 @@ def test_chat_in_a_real_browser(app_url: str):
                     lengths.append(len(text))
                 best_gauge = max(best_gauge, gauge_accepted(page))
                 if lengths and not sent:
-                    # The first tab is busy: the second one sends now and must be told it waits.
+                    # The first tab is busy: the second one sends now and must be told it
+                    # waits; the third sends and withdraws its question before its turn.
                     waiting.keyboard.press("Enter")
+                    withdrawn.keyboard.press("Enter")
+                    expect(withdrawn.locator("body")).to_contain_text("Waiting for your turn")
+                    withdrawn.click("#stop")
                     sent = True
                 if sent and not queued_seen:
                     body = waiting.inner_text("body")
@@ -230,12 +250,23 @@ def test_chat_in_a_real_browser(app_url: str):
             second_shot = OUTPUT_DIR / "app_browser_second_tab.png"
             waiting.screenshot(path=str(second_shot), full_page=True)
 
+            # Stopped while it waited: never answered, the question given back.
+            expect(withdrawn.locator("#error-box")).to_contain_text("stopped before the first token")
+            assert not withdrawn.evaluate(LAST_ANSWER_JS)
+            assert withdrawn.input_value("#message textarea") == "Say goodbye in one word."
+
+            # A speed-up figure for the answer it was measured for, and for no other.
+            page.click("#measure")
+            expect(page.locator("#speedup")).to_contain_text("speedup ×", timeout=TIMEOUT_MS)
+            assert "ran 2 times" in page.inner_text("#speedup")
+
             # An answer with no drafting at all says so, everywhere.
             page.click("#drafter label:has-text('none')")
             page.fill("#message textarea", "Count from 1 to 5, one number per line.")
             page.keyboard.press("Enter")
             expect(page.locator("#gauge")).to_contain_text("no drafting in this answer", timeout=TIMEOUT_MS)
             check_plain_answer(page)
+            assert "×" not in page.inner_text("#speedup"), "the last answer's speed-up outlived it"
             plain_shot = OUTPUT_DIR / "app_browser_no_draft.png"
             page.screenshot(path=str(plain_shot), full_page=True)
             print(f"screenshots: {OUTPUT_DIR / 'app_browser.png'}, {second_shot} and {plain_shot}")

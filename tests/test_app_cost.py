@@ -11,7 +11,7 @@ from edgespec.ui.text import final_stats_markdown
 
 
 def test_the_decode_rate_is_read_from_the_stats_the_app_shows() -> None:
-    stats = Stats(tokens=161, wall_s=8.0, ttft_s=1.5, prompt_tokens=90)
+    stats = Stats(tokens=161, target_passes=160, wall_s=8.0, ttft_s=1.5, prompt_tokens=90)
     shown = final_stats_markdown(stats, "max_tokens")
     found = DECODE.search(shown)
     assert found is not None and float(found.group(1)) == pytest.approx(

@@ -48,7 +48,13 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def background() -> None:
+    """Start as a shell starts a background job (``app.py &``): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def supervise(child_code: str, env: dict[str, str], **kwargs) -> subprocess.Popen:
+    kwargs.setdefault("preexec_fn", interruptible)
     return subprocess.Popen(
         [sys.executable, "-c", SUPERVISE, sys.executable, "-c", child_code],
         env=env,
@@ -57,7 +63,6 @@ def supervise(child_code: str, env: dict[str, str], **kwargs) -> subprocess.Pope
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=interruptible,
         **kwargs,
     )
 
@@ -115,6 +120,15 @@ def test_sigint_to_the_supervisor_reaches_the_child(guard_env):
     assert proc.returncode == 130, err
     assert out == "child saw KeyboardInterrupt\n"
     assert "crashed" not in err
+
+
+def test_kill_int_stops_a_background_job_too(guard_env):
+    proc = supervise(INTERRUPTIBLE_CHILD, guard_env, preexec_fn=background)
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert out == "child saw KeyboardInterrupt\n"
 
 
 def test_sigterm_is_forwarded_and_not_a_crash(guard_env):

@@ -146,6 +146,34 @@ def measure(args: argparse.Namespace) -> list[Pairing]:
     return pairings
 
 
+def report(args: argparse.Namespace) -> int:
+    """Measure and print; ``args``: drafters, repeats, max_tokens, ctx, prompt, json."""
+    pairings = measure(args)
+    started = time.strftime("%Y-%m-%d %H:%M")
+    rows = [p.summary() for p in pairings]
+    print(f"app streaming vs CLI, decode tokens/s, greedy, {args.max_tokens} tokens ({started})")
+    for row in rows:
+        print(f"  {row['drafter']:6} CLI {row['best_cli']:.1f}  app {row['best_app']:.1f}  "
+              f"app/CLI {row['ratio_of_bests']:.2f} (per repeat {row['ratios']}, median "
+              f"{statistics.median(row['ratios']):.2f})")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps({"started": started, "rows": rows}, indent=2))
+    return 0
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """``edgespec bench --app``: its --repeats, --max-tokens, --ctx and --json apply."""
+    app_args = argparse.Namespace(
+        drafters=args.app or ["none", "auto"],
+        repeats=max(args.repeats, 2),
+        max_tokens=args.max_tokens or 160,
+        ctx=args.ctx,
+        prompt=PROMPT,
+        json=args.json,
+    )
+    return report(app_args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m edgespec.bench.app_cost", description=__doc__.split("\n\n")[0]
@@ -158,20 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     args = parser.parse_args(argv)
     try:
-        pairings = measure(args)
+        return report(args)
     except EdgespecError as exc:
         print(f"edgespec: {exc}", file=sys.stderr)
         return 2
-    started = time.strftime("%Y-%m-%d %H:%M")
-    rows = [p.summary() for p in pairings]
-    print(f"app streaming vs CLI, decode tokens/s, greedy, {args.max_tokens} tokens ({started})")
-    for row in rows:
-        print(f"  {row['drafter']:6} CLI {row['best_cli']:.1f}  app {row['best_app']:.1f}  "
-              f"app/CLI {row['ratio_of_bests']:.2f} (per repeat {row['ratios']}, median "
-              f"{statistics.median(row['ratios']):.2f})")  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps({"started": started, "rows": rows}, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -150,6 +150,10 @@ def add_parser(subparsers) -> None:
                        help="build llama.cpp's llama-speculative-simple (minutes, once) and stop; "
                             "with --llamacpp, then run the benchmark with it")  # fmt: skip
     sessions.add_arguments(bench)
+    bench.add_argument("--app", nargs="*", default=None, metavar="DRAFTER",
+                       help="run the app-cost benchmark instead: the chat app streamed in headless "
+                            "Chromium against the CLI, decode rates side by side (default drafters: "
+                            "none auto; --max-tokens defaults to 160 here)")  # fmt: skip
     bench.set_defaults(handler=run)
 
 
@@ -188,6 +192,10 @@ def check_args(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.sessions is not None:  # whole sessions against servers: bench/sessions.py
         return sessions.run_from_args(args)
+    if args.app is not None:  # the chat app's cost to the answer: bench/app_cost.py
+        from edgespec.bench import app_cost
+
+        return app_cost.run_from_args(args)
     args.max_tokens = 128 if args.max_tokens is None else args.max_tokens
     check_args(args)
     if args.llamacpp_build and args.llamacpp is None:

@@ -1,4 +1,4 @@
-"""The chat app's Plotly figures: the "Accepted tokens" gauge and the per-step chart.
+"""The chat app's Plotly figure: the per-step chart.
 Colours come from the drafter registry, so a new drafter is drawn without a change here."""
 
 from __future__ import annotations
@@ -7,11 +7,8 @@ import plotly.graph_objects as go
 
 from edgespec.decoding.drafters import NONE, NONE_COLOUR, REGISTRY
 from edgespec.decoding.events import Step
-from edgespec.ui.answer import AnswerRun
 from edgespec.ui.reasons import reason_words
-from edgespec.ui.text import gauge_reading
 
-GAUGE_TITLE = "Accepted tokens"
 DRAFTER_COLOURS = {**{name: spec.colour for name, spec in REGISTRY.items()}, NONE: NONE_COLOUR}
 UNKNOWN_COLOUR = "#6b7280"  # a drafter the registry does not name (never silently dropped)
 NO_DRAFT_NAME = "no draft (target alone)"
@@ -33,75 +30,6 @@ def _layout(height: int, **extra) -> dict:
         "font": _FONT,
         **extra,
     }
-
-
-def _tick(span: int) -> int | None:
-    """Whole-token ticks, about eight at most; None lets Plotly choose."""
-    if span <= 8:
-        return 1
-    return 2 if span <= 16 else None
-
-
-def gauge_figure(run: AnswerRun | None) -> go.Figure:
-    """Accepted out of drafted: the latest drafting step while the answer streams, the
-    whole answer once it ends (``gauge_reading`` says which, in the subtitle). Two numbers
-    below carry the answer's mean τ and acceptance rate."""
-    accepted, drafted, lines = gauge_reading(run)
-    span = max(drafted, 1)  # a zero-width axis cannot be drawn: an empty gauge spans 0..1
-    figure = go.Figure()
-    figure.add_trace(
-        go.Indicator(
-            mode="gauge+number",
-            value=accepted,
-            number={"suffix": f" / {drafted}", "font": {"size": 34}},
-            gauge={
-                "axis": {"range": [0, span], "dtick": _tick(span)},
-                "bar": {"color": "#16a34a"},
-                "steps": [{"range": [0, span], "color": "rgba(156,163,175,0.25)"}],
-            },
-            domain={"x": [0, 1], "y": [0.32, 0.9]},
-        )
-    )
-    figure.add_trace(
-        go.Indicator(
-            mode="number",
-            value=round(run.tau, 2) if run else 0.0,
-            number={"valueformat": ".2f", "font": {"size": 22}},
-            title={"text": "mean τ (tokens / target pass)", "font": {"size": 12}},
-            domain={"x": [0, 0.5], "y": [0, 0.24]},
-        )
-    )
-    if run is not None and run.drafted:
-        figure.add_trace(
-            go.Indicator(
-                mode="number",
-                value=round(100 * run.acceptance_rate, 1),
-                number={"suffix": " %", "valueformat": ".0f", "font": {"size": 22}},
-                title={"text": "drafts accepted", "font": {"size": 12}},
-                domain={"x": [0.5, 1], "y": [0, 0.24]},
-            )
-        )
-    else:
-        # A rate over nothing drafted is no number: "0 %" would read as all drafts rejected.
-        figure.add_annotation(
-            text="drafts accepted<br><b>no drafts</b>",
-            x=0.75,
-            y=0.1,
-            xref="paper",
-            yref="paper",
-            showarrow=False,
-            font={"size": 13},
-        )
-    # The label sits in the layout title: an indicator's own title lands inside the arc.
-    subtitle = "<br>".join(lines)
-    figure.update_layout(
-        **_layout(
-            320,
-            margin={"l": 25, "r": 25, "t": 75, "b": 10},
-            title={"text": f"{GAUGE_TITLE}<br><sup>{subtitle}</sup>", "x": 0.5, "font": {"size": 16}},
-        )
-    )
-    return figure
 
 
 def steps_figure(steps: list[Step]) -> go.Figure:

@@ -147,6 +147,9 @@ def _metrics_column() -> dict[str, Any]:
         label="Drafter and γ of each step",
         interactive=False,
         max_height=220,
+        # The "why" column gets the room, and wraps: it is a sentence, not a number.
+        wrap=True,
+        column_widths=["8%", "12%", "11%", "11%", "11%", "47%"],
         elem_id="steps-table",
     )
     return {

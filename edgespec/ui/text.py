@@ -130,22 +130,41 @@ def final_stats_markdown(stats: Stats, stop_reason: str) -> str:
         if stats.drafted
         else "no drafts"
     )
+    decoded = stats.tokens > 1 and stats.target_passes > 0
     rows = [
         ("tokens", f"{stats.tokens} ({reason})"),
         ("tokens/s, end to end", f"{stats.tokens_per_second:.1f} (prompt processing included)"),
-        ("tokens/s, decode phase", f"{stats.decode_tokens_per_second:.1f} (after the first token)"),
-        ("τ (tokens / target pass)", f"{stats.tau:.2f} over {stats.target_passes} passes"),
+        (
+            "tokens/s, decode phase",
+            f"{stats.decode_tokens_per_second:.1f} (after the first token)"
+            if decoded
+            else "— (the answer ended at its first token: no decode phase)",
+        ),
+        (
+            "τ (tokens after the first, per target pass)",
+            _tau(stats) if decoded else "— (no pass after the first token)",
+        ),
         ("acceptance", acceptance),
-        ("time to first token", f"{stats.ttft_s:.2f} s"),
+        ("time to first token", f"{stats.ttft_s:.2f} s (the target's prompt pass)"),
         ("time split", _time_split(stats)),
         ("prompt", f"{stats.prompt_tokens} tokens, {stats.reused_tokens} reused from the cache"),
     ]
     return "| last answer | |\n|---|---|\n" + "\n".join(f"| {name} | {value} |" for name, value in rows)
 
 
+def _tau(stats: Stats) -> str:
+    line = f"{stats.tau:.2f} over {_count(stats.target_passes, 'pass')}"
+    if stats.tau < 1 and not stats.drafted:
+        # Plain decoding gives one token a pass; the pass that ends the answer gives none.
+        line += " (1 a pass without drafts, less the pass that ended the answer)"
+    return line
+
+
 def _time_split(stats: Stats) -> str:
+    """Prefill counts both models' prompt passes: the draft's runs after the first token,
+    so it can exceed the time to first token."""
     parts = [
-        ("prefill", stats.prefill_s),
+        ("prefill (target, then draft)", stats.prefill_s),
         ("draft", stats.draft_s),
         ("verify", stats.verify_s),
         ("other", stats.other_s),
@@ -191,9 +210,12 @@ def gauge_reading(run: AnswerRun | None) -> tuple[int, int, list[str]]:
         return 0, 0, ["send a message: its drafting steps show here"]
     total = len(run.steps)
     if run.done is not None and run.drafted:
+        # The drafts in the answer, as the legend counts them: a draft accepted in the
+        # step where the answer ended, after its end, is not in it.
+        kept = run.sources.get(DRAFT, 0)
         summary = f"whole answer: {run.drafting_steps} of {_count(total, 'step')} drafted"
-        detail = f"{run.accepted} of {run.drafted} drafted tokens accepted, τ {run.tau:.2f}"
-        return run.accepted, run.drafted, [summary, detail]
+        detail = f"{kept} of {run.drafted} drafted tokens accepted, τ {run.tau:.2f}"
+        return kept, run.drafted, [summary, detail]
     if run.done is not None:
         if total:
             detail = f"{_count(total, 'step')} with no draft, τ {run.tau:.2f}"

@@ -77,7 +77,7 @@ REGISTRY: dict[str, DrafterSpec] = {
         ),
         DrafterSpec(
             "copy",
-            "#ea580c",
+            "#f97316",
             "follows a source the answer is rewriting, across its edits (and a predicted output)",
             lambda target, draft, shared: CopyDrafter(),
             takes_prediction=True,
@@ -90,14 +90,14 @@ REGISTRY: dict[str, DrafterSpec] = {
         ),
         DrafterSpec(
             "grammar",
-            "#059669",
+            "#854d0e",
             "what the answer's grammar forces (JSON keys and punctuation), and values copied between",
             lambda target, draft, shared: GrammarDrafter(target),
             needs_grammar=True,
         ),
         DrafterSpec(
             "model",
-            "#2563eb",
+            "#0f766e",
             "the small draft model of the target's vocabulary, drafting token by token",
             lambda target, draft, shared: ModelDrafter(draft, target),  # type: ignore[arg-type]
             needs_model=True,

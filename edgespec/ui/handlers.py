@@ -35,7 +35,17 @@ from edgespec.ui.text import (
     speedup_markdown,
     step_rows,
 )
-from edgespec.ui.views import EMPTY_MESSAGE, Throttle, View, chat_messages, owner_of, parse_gamma, parse_seed
+from edgespec.ui.views import (
+    EMPTY_MESSAGE,
+    ChatInputs,
+    Throttle,
+    View,
+    chat_messages,
+    owner_of,
+    parse_gamma,
+    parse_seed,
+    takes_chat_inputs,
+)
 
 # The /chat API's streamed updates: text, stats and the gauge together, at most about 7
 # times a second (the page itself reads the live feed instead).
@@ -77,31 +87,16 @@ class ChatHandlers:
 
     # -- an answer asked in the page: begin, run, finish ---------------------------------
 
-    def begin(
-        self,
-        message: str,
-        drafter: str,
-        gamma: str,
-        verify: str,
-        temperature: float,
-        top_k: float,
-        top_p: float,
-        min_p: float,
-        seed: str | float | None,
-        max_tokens: float,
-        lenience: float,
-        colour: bool,
-        session: Session,
-        request: gr.Request,
-    ) -> tuple:
+    @takes_chat_inputs
+    def begin(self, inputs: ChatInputs) -> tuple:
         """Show the question, start the answer (it waits for the engine in ``run``) and
         open its live feed."""
-        settings = [drafter, gamma, verify, temperature, top_k, top_p, min_p, seed, max_tokens, lenience]
-        session.colour = bool(colour)
+        message, session, request = inputs.message, inputs.session, inputs.request
+        session.colour = bool(inputs.colour)
         if session.pending is not None:
             return self._failure(BUSY_IN_TAB).values()
         try:
-            pending = self._begin(message, settings, session)
+            pending = self._begin(message, inputs.settings, session)
         except EdgespecError as exc:
             return self._failure(str(exc), message, session.history).values()
         assert self.gate is not None and self.lm is not None
@@ -143,28 +138,13 @@ class ChatHandlers:
 
     # -- the /chat API: one event, streamed through Gradio ------------------------------
 
-    def chat(
-        self,
-        message: str,
-        drafter: str,
-        gamma: str,
-        verify: str,
-        temperature: float,
-        top_k: float,
-        top_p: float,
-        min_p: float,
-        seed: str | float | None,
-        max_tokens: float,
-        lenience: float,
-        colour: bool,
-        session: Session,
-        request: gr.Request,
-    ) -> Iterator[tuple]:
+    @takes_chat_inputs
+    def chat(self, inputs: ChatInputs) -> Iterator[tuple]:
         """Stream one answer to ``message``, continuing the session's conversation."""
-        settings = [drafter, gamma, verify, temperature, top_k, top_p, min_p, seed, max_tokens, lenience]
-        session.colour = bool(colour)
+        message, session, request = inputs.message, inputs.session, inputs.request
+        session.colour = bool(inputs.colour)
         try:
-            pending = self._begin(message, settings, session)
+            pending = self._begin(message, inputs.settings, session)
         except EdgespecError as exc:
             yield self._failure(str(exc), message, session.history).values()
             return

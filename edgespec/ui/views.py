@@ -3,13 +3,18 @@ the small parsers and converters around it."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import gradio as gr
 
 from edgespec.errors import EdgespecError
+from edgespec.ui.session import Session
 
 GAMMA_CHOICES = ("auto", *(str(n) for n in range(17)))
 EMPTY_MESSAGE = "Type a message first: the message is empty."
@@ -90,3 +95,59 @@ def chat_messages(history: list[dict[str, str]], streaming: str | None = None) -
 
 def owner_of(request: gr.Request | None) -> str:
     return (request.session_hash if request is not None else None) or "local"
+
+
+def _chat_inputs(
+    message: str,
+    drafter: str,
+    gamma: str,
+    verify: str,
+    temperature: float,
+    top_k: float,
+    top_p: float,
+    min_p: float,
+    seed: str | float | None,
+    max_tokens: float,
+    lenience: float,
+    colour: bool,
+    session: Session,
+    request: gr.Request,
+) -> None:
+    """The chat's inputs in the order ``build_app`` wires them: the one parameter list
+    every handler of a message shows Gradio (``takes_chat_inputs``)."""
+
+
+@dataclass
+class ChatInputs:
+    message: str
+    settings: list[Any]  # drafter, gamma, verify, temperature … lenience, as _chat_inputs
+    colour: bool
+    session: Session
+    request: gr.Request
+
+
+def takes_chat_inputs(method: Callable) -> Callable:
+    """``method(self, inputs: ChatInputs)``, shown to Gradio with one parameter per chat
+    input (Gradio reads a handler's signature: its inputs, and where the request goes)."""
+    names = list(inspect.signature(_chat_inputs).parameters)
+
+    def unpack(values: tuple) -> ChatInputs:
+        *settings, colour, session, request = values[1:]
+        return ChatInputs(values[0], settings, colour, session, request)
+
+    if inspect.isgeneratorfunction(method):
+
+        def wrapper(self, *values):
+            yield from method(self, unpack(values))
+    else:
+
+        def wrapper(self, *values):
+            return method(self, unpack(values))
+
+    functools.update_wrapper(wrapper, method)
+    self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = inspect.signature(_chat_inputs).parameters.values()
+    wrapper.__signature__ = inspect.Signature([self_parameter, *parameters])  # type: ignore[attr-defined]
+    hints = typing.get_type_hints(_chat_inputs)
+    wrapper.__annotations__ = {name: hints[name] for name in names}
+    return wrapper

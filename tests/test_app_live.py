@@ -117,3 +117,16 @@ def test_the_page_script_comes_first_and_a_feed_streams_over_loopback():
         assert "event: done" in body
     finally:
         demo.close()
+
+
+def test_a_pasted_function_keeps_its_indentation_in_the_chat_and_the_model_gets_it_as_typed():
+    from edgespec.ui.views import chat_messages
+
+    typed = "Fix this:\ndef f(x):\n    if x:\n\treturn 1\n```\n    fenced stays\n```"
+    user, answer = chat_messages(
+        [{"role": "user", "content": typed}, {"role": "assistant", "content": "  ok"}]
+    )
+    drawn = user["content"][0]["text"].split("\n")
+    assert drawn[2] == "\u00a0" * 4 + "if x:" and drawn[3] == "\u00a0" * 4 + "return 1"
+    assert drawn[5] == "    fenced stays", "inside a fence Markdown keeps it already"
+    assert answer["content"][0]["text"] == "  ok", "answers are drawn as written"

@@ -84,13 +84,31 @@ def chat_messages(history: list[dict[str, str]], streaming: str | None = None) -
     passed through ``inspect.cleandoc``, which strips the indentation of code answers.
     ``streaming``: the markup of an answer still being written, as the last message."""
     messages = [
-        {"role": m["role"], "content": [{"type": "text", "text": m["content"]}]}
+        {"role": m["role"], "content": [{"type": "text", "text": shown(m["role"], m["content"])}]}
         for m in history
         if m["content"]
     ]
     if streaming is not None:
         messages.append({"role": "assistant", "content": [{"type": "text", "text": streaming}]})
     return messages
+
+
+def shown(role: str, text: str) -> str:
+    """A message as the chat draws it. A user pastes code without a fence as often as with
+    one, and Markdown would collapse its indentation: outside fences, a user's leading
+    spaces are drawn as no-break spaces. The model is sent the text as typed."""
+    if role != "user":
+        return text
+    lines, fenced = [], False
+    for line in text.split("\n"):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            body = line.lstrip(" \t")
+            indent = line[: len(line) - len(body)].replace("\t", "    ")
+            line = "\u00a0" * len(indent) + body
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def owner_of(request: gr.Request | None) -> str:

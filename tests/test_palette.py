@@ -57,11 +57,11 @@ def test_the_solid_provenance_colours_are_the_ones_drawn():
         assert PROVENANCE[source].startswith(f"rgba({red},{green},{blue},")
 
 
-@pytest.mark.parametrize(("drafter", "source"), itertools.product(REGISTRY, SOLID))
+@pytest.mark.parametrize(("drafter", "source"), list(itertools.product(REGISTRY, SOLID)))
 def test_no_drafter_colour_looks_like_a_provenance_colour(drafter: str, source: str):
     assert delta_e(REGISTRY[drafter].colour, SOLID[source]) >= DISTINCT
 
 
-@pytest.mark.parametrize(("first", "second"), itertools.combinations(REGISTRY, 2))
+@pytest.mark.parametrize(("first", "second"), list(itertools.combinations(REGISTRY, 2)))
 def test_drafters_have_colours_of_their_own(first: str, second: str):
     assert delta_e(REGISTRY[first].colour, REGISTRY[second].colour) >= DISTINCT

@@ -1,13 +1,13 @@
 """The chat app's live view. While an answer decodes, the browser reads what its panels
-show from a plain server-sent-event stream (``GET /edgespec/live/<feed>``) and swaps each
-fragment into its slot, instead of receiving Gradio event updates.
+show from a plain server-sent-event stream (``GET /edgespec/live/<feed>``): new text is
+appended to its slots and the small panels are replaced, instead of Gradio event updates.
 
 Why: on a machine whose cores llama.cpp keeps busy, every other runnable thread stalls the
 decoding. A streamed Gradio update costs tens of milliseconds of CPU between the server
-and the page, and while a Gradio event is pending the page redraws at 60 frames a second
-for its progress timer; together they took 20–40 % of the app's decode rate
-(docs/app-cost.md). A fragment swapped in costs well under a millisecond, and the answer
-runs in an event with no outputs, which keeps no progress timer running.
+and the page whatever it holds, and Gradio's progress timer redraws the page 60 times a
+second; together they took 20–40 % of the app's decode rate (docs/app-cost.md). A feed
+message is a few hundred bytes of JSON and a redraw of the lines that changed, and the
+answer runs in an event with no outputs.
 """
 
 from __future__ import annotations

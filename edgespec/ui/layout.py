@@ -217,15 +217,16 @@ def _wire(
     slots = handlers.lm.engine.slots.count if handlers.lm is not None else 1
     engine = {"concurrency_limit": slots, "concurrency_id": ENGINE_QUEUE, "show_progress": "hidden"}
     quick = {"queue": False, "show_progress": "hidden"}
+    # Queued (so that a warning reaches the page as a toast), each in a group of its own
+    # that nothing long holds: they run at once.
+    brief = {"concurrency_limit": None, "show_progress": "hidden", "api_visibility": "private"}
     private = {"api_visibility": "private"}
-    begun = gr.on(
-        [view["message"].submit, view["send"].click], handlers.begin, chat_inputs, outputs, **quick, **private
-    )
+    begun = gr.on([view["message"].submit, view["send"].click], handlers.begin, chat_inputs, outputs, **brief)
     ran = begun.then(handlers.run, [session], None, **engine, **private)
-    answered = ran.then(handlers.finish, [session], outputs, **quick, **private)
-    measured = view["measure"].click(handlers.baseline_begin, [session], outputs, **quick, **private)
+    answered = ran.then(handlers.finish, [session], outputs, **brief)
+    measured = view["measure"].click(handlers.baseline_begin, [session], outputs, **brief)
     measured = measured.then(handlers.baseline_run, [session], None, **engine, **private)
-    measured.then(handlers.baseline_show, [session], outputs, **quick, **private)
+    measured.then(handlers.baseline_show, [session], outputs, **brief)
     api_chat, api_baseline = gr.Button(visible=False), gr.Button(visible=False)
     api_chat.click(handlers.chat, chat_inputs, outputs, api_name="chat", **engine)
     api_baseline.click(handlers.measure_baseline, [session], outputs, api_name="measure_baseline", **engine)

@@ -25,7 +25,7 @@ from edgespec.errors import EdgespecError
 from edgespec.ui.answer import AnswerRun
 from edgespec.ui.figures import steps_figure
 from edgespec.ui.gauge import gauge_html
-from edgespec.ui.live import Feed, LiveFeeds, answer_slot, feed_tag, live_slot
+from edgespec.ui.live import WAITING_HTML, Feed, LiveFeeds, answer_slot, feed_tag, live_slot
 from edgespec.ui.session import EngineGate, Session
 from edgespec.ui.text import (
     error_markdown,
@@ -52,10 +52,6 @@ from edgespec.ui.views import (
 UPDATE_INTERVAL_S = 0.15
 BASELINE_RUNS = 2  # the baseline is timed twice: the spread of the two says how far to trust it
 BUSY_IN_TAB = "an answer is still being generated in this chat: wait for it, or Stop it first"
-WAITING_NOTE = (
-    "⏳ **Waiting for your turn**: another answer is being generated on the shared engine. "
-    "Yours starts when it ends."
-)
 
 
 @dataclass
@@ -104,7 +100,7 @@ class ChatHandlers:
         pending.feed = Feed(pending.run, session.colour, waiting=waiting)
         session.pending = pending
         view = self._opening(pending, session, streaming=True)
-        view.stats = live_slot("stats", WAITING_NOTE if waiting else "Generating…")
+        view.stats = live_slot("stats", WAITING_HTML if waiting else "Generating…")
         view.live = feed_tag(self.feeds.open(pending.feed))
         return view.values()
 

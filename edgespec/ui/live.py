@@ -141,8 +141,9 @@ def answer_slot(text: str = "") -> str:
     return live_slot("answer", html.escape(text) or "…", "white-space:pre-wrap")
 
 
-def feed_tag(feed_id: str | None) -> str:
-    return f'<div data-feed="{feed_id}"></div>' if feed_id else ""
+def feed_tag(feed_id: str) -> str:
+    """What the live panel holds while an answer runs: the name of its feed."""
+    return f'<div data-feed="{feed_id}"></div>'
 
 
 @dataclass

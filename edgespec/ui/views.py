@@ -49,9 +49,9 @@ class Throttle:
         self.interval_s = interval_s
         self._last = float("-inf")
 
-    def due(self, force: bool = False) -> bool:
+    def due(self) -> bool:
         now = time.monotonic()
-        if force or now - self._last >= self.interval_s:
+        if now - self._last >= self.interval_s:
             self._last = now
             return True
         return False

@@ -8,7 +8,7 @@ import re
 
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, Done, Stats, Step, Token
 from edgespec.ui.answer import AnswerRun
-from edgespec.ui.live import PANEL_INTERVAL_S, WAITING_HTML, Feed, FeedReader, LiveFeeds
+from edgespec.ui.live import SMOOTH, WAITING_HTML, Feed, FeedReader, LiveFeeds
 
 SPANS = re.compile(r'<span data-source="(\w+)"[^>]*>([^<]*)</span>')
 
@@ -52,13 +52,13 @@ def test_small_panels_are_replaced_at_most_every_interval_and_at_the_end():
     run.add(token("a"))
     assert {"legend", "gauge", "stats"} <= set(reader.message(10.0)["replace"])
     run.add(token("b"))
-    assert "stats" not in reader.message(10.0 + PANEL_INTERVAL_S / 2)["replace"]
+    assert "stats" not in reader.message(10.0 + SMOOTH.panels_s / 2)["replace"]
     run.add(token("c"))
-    later = reader.message(10.0 + PANEL_INTERVAL_S)["replace"]
+    later = reader.message(10.0 + SMOOTH.panels_s)["replace"]
     assert "3 tokens" in re.sub(r"<[^>]+>", "", later["stats"])
     run.add(Done(text="abc", tail="", stop_reason="eos", stats=Stats(tokens=3)))
     feed.finished = True
-    assert "gauge" in reader.message(10.0 + PANEL_INTERVAL_S + 0.01)["replace"], "the end is always shown"
+    assert "gauge" in reader.message(10.0 + SMOOTH.panels_s + 0.01)["replace"], "the end is always shown"
 
 
 def test_a_waiting_answer_says_so_and_a_recolour_resends_the_text_whole():

@@ -94,8 +94,8 @@ def assert_greedy_exact(lm: EdgeSpec, prompt: str, drafter: str, gamma, length: 
 # twelve minutes on a 2-core AVX2 CPU, where a drafted step costs several plain ones.
 EXACTNESS_CASES = [
     ("model", 1, (1, 4)),
-    ("model", 5, (3, 7)),
-    ("ngram", 4, (2, 4)),
+    ("model", 5, (3,)),
+    ("ngram", 4, (2, 4, 7)),
     ("copy", 8, (0, 5, 6)),
     ("auto", "auto", tuple(range(len(PROMPTS)))),
 ]

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from edgespec.decoding.slots import Slots, Turns
+from edgespec.decoding.slots import Slots
+from edgespec.decoding.turns import Turns
 
 
 def make(held: dict[int, list[int]]) -> Slots:

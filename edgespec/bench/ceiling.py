@@ -23,7 +23,8 @@ from edgespec.decoding.drafters import AnswerSetup
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.generation import StepProposals
 from edgespec.decoding.grammar import GrammarSpec
-from edgespec.runtime.model import Model, common_prefix
+from edgespec.runtime.model import Model
+from edgespec.runtime.tokens import common_prefix
 
 
 def held_runs(proposals: list[int], answer: list[int], start: int) -> int:

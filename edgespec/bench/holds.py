@@ -23,7 +23,8 @@ from edgespec.decoding.drafters import AnswerSetup
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.generation import StepProposals
 from edgespec.errors import run_reporting_errors
-from edgespec.runtime.model import Model, common_prefix
+from edgespec.runtime.model import Model
+from edgespec.runtime.tokens import common_prefix
 
 SPANS = (1, 4, 8, 16, 32, 48)  # the k of "the next k tokens hold"
 

@@ -46,7 +46,8 @@ from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done, Step
 from edgespec.decoding.policy import FixedPolicy, Policy
 from edgespec.errors import EdgespecError, run_reporting_errors
-from edgespec.runtime.model import Model, common_prefix
+from edgespec.runtime.model import Model
+from edgespec.runtime.tokens import common_prefix
 
 # -- cost curves ---------------------------------------------------------------------------
 

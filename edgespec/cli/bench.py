@@ -154,6 +154,12 @@ def add_parser(subparsers) -> None:
                        help="run the app-cost benchmark instead: the chat app streamed in headless "
                             "Chromium against the CLI, decode rates side by side (default drafters: "
                             "none auto; --max-tokens defaults to 160 here)")  # fmt: skip
+    bench.add_argument("--parallel", type=int, default=None, metavar="N",
+                       help="run the several-answers benchmark instead: N prompts answered one "
+                            "after another and all at once on one pair, total tokens/s side by side "
+                            "(--max-tokens defaults to 96 here)")  # fmt: skip
+    bench.add_argument("--parallel-drafters", nargs="+", default=["none", "auto"], metavar="DRAFTER",
+                       help="the drafters --parallel compares (default: none auto)")  # fmt: skip
     bench.set_defaults(handler=run)
 
 
@@ -196,6 +202,10 @@ def run(args: argparse.Namespace) -> int:
         from edgespec.bench import app_cost
 
         return app_cost.run_from_args(args)
+    if args.parallel is not None:  # several answers at once: bench/parallel.py
+        from edgespec.bench import parallel
+
+        return parallel.run_from_args(args)
     args.max_tokens = 128 if args.max_tokens is None else args.max_tokens
     check_args(args)
     if args.llamacpp_build and args.llamacpp is None:

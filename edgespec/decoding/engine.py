@@ -15,7 +15,8 @@ from edgespec.decoding.events import Event
 from edgespec.decoding.generation import Generation, PairView
 from edgespec.decoding.policy import LINE_BREAK, UNIT_END, FixedPolicy, Policy
 from edgespec.decoding.request import GenerationSettings, Request
-from edgespec.decoding.slots import Slots, Turns
+from edgespec.decoding.slots import Slots
+from edgespec.decoding.turns import Turns
 from edgespec.runtime.model import Model
 
 __all__ = ["Engine"]
@@ -45,10 +46,10 @@ class Engine:
         # conversation the pair has seen): it lives as long as the pair.
         self.shared = registry.PairShared()
         self._boundary_of: dict[int, int] = {}
-        # Answers running at once: one sequence (slot) each, one step at a time in turn
-        # (on one engine thread where several threads drive the pair).
+        # Answers running at once: one sequence (slot) each, their steps in rounds on one
+        # engine thread where several threads read answers, their passes in one decode.
         self.slots = Slots(target.n_seq, target.sequence_tokens)
-        self.turn = Turns(threaded)
+        self.turn = Turns(threaded, target.decode_passes, clock)
 
     def _boundaries(self, tokens: list[int]) -> list[int]:
         """For each token: does it end a sentence or a line, and does it break the line?

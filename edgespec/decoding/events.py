@@ -41,6 +41,7 @@ class Step:
 class Stats:
     tokens: int = 0  # tokens generated (stop token excluded)
     target_passes: int = 0  # target decodes after the prefill (steps)
+    shared_passes: int = 0  # of those, decoded in one batch with other answers' passes
     drafted: int = 0
     accepted: int = 0
     ttft_s: float = 0.0

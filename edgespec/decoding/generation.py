@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,18 +30,11 @@ from edgespec.decoding.penalties import Penalties, Window, transform_row, transf
 from edgespec.decoding.policy import Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.request import Request, prediction_tokens_used
 from edgespec.decoding.sampling import probabilities, sample
-from edgespec.decoding.slots import Turns
 from edgespec.decoding.textstream import TextStream
+from edgespec.decoding.turns import PAUSE, Pass, Passed, Pause, Turns, driven
 from edgespec.runtime.model import DecodeAborted, Model
 
 Scores = list[tuple[float, tuple[tuple[int, float], ...]]]
-
-
-class Pause:
-    """Between two batches of a long prompt: the answer's turn ends, no event is sent."""
-
-
-PAUSE = Pause()
 
 
 class LiveControl:
@@ -106,7 +100,7 @@ class PairView:
     clock: Callable[[], float]
     boundaries: Callable[[list[int]], list[int]]
     max_gamma: int
-    turn: Turns  # one answer's step at a time on the pair, in turn
+    turn: Turns  # the answers' model calls, in turn (and their passes batched, threaded)
 
 
 class Generation:
@@ -134,39 +128,45 @@ class Generation:
         )
         self.stop_reason = ""
         self._ran = False
+        self._pass_shared = False  # the last pass was decoded with other answers'
+        self._waited_s = 0.0  # ... and was waited for this much beyond its own share
 
     def stop(self) -> None:
         """End this answer at its next step (a long prefill at once); no other answer."""
         self.live.stop()
 
     def events(self) -> Iterator[Event]:
-        """Run the answer (once): Token and Step events, then one Done."""
+        """Run the answer (once): Token and Step events, then one Done. Threaded, the
+        engine thread runs it with the other answers (``decoding.turns``) and this
+        thread reads its events; else this thread runs it."""
         assert not self._ran, "an answer runs once"
         self._ran = True
+        if self.pair.turn.threaded:
+            yield from driven(self.pair.turn, self._run(), self.sequence, self.bound, self.stop)
+            return
         steps = self._run()
         while True:
-            # One step (or one batch of the prompt) per turn, on the answer's own sequence:
-            # other answers on the pair take their turns between.
-            event = self.pair.turn.run(self._advance, steps)
+            with self.bound():
+                event = next(steps, None)
             if event is None:
                 return
             if event is not PAUSE:
                 yield event
 
-    def _advance(self, steps: Iterator[Event | Pause]) -> Event | Pause | None:
-        """The next event (None at the end), with the answer's sequence and cancel token
-        bound to the models meanwhile."""
+    @contextmanager
+    def bound(self) -> Iterator[None]:
+        """The answer's sequence and cancel token bound to the models meanwhile."""
         models = [m for m in (self.pair.target, self.pair.draft) if m is not None]
         for model in models:
             model.use(self.sequence)
             model.listen(self.live.cancel)
         try:
-            return next(steps, None)
+            yield
         finally:
             for model in models:
                 model.listen(None)
 
-    def _run(self) -> Iterator[Event | Pause]:
+    def _run(self) -> Iterator[Event | Pause | Pass]:
         started = self.pair.clock()
         self.policy.begin()
         yield from self._first_token(started)
@@ -188,7 +188,7 @@ class Generation:
 
     # -- the prompt and the first token ---------------------------------------------------
 
-    def _first_token(self, started: float) -> Iterator[Event | Pause]:
+    def _first_token(self, started: float) -> Iterator[Event | Pause | Pass]:
         """Prefill the target and emit its first token at once: time to first token never
         includes the draft's prefill. A long prompt is read a batch per turn."""
         target, prompt, settings = self.pair.target, list(self.request.prompt), self.settings
@@ -248,7 +248,7 @@ class Generation:
 
     # -- the steps --------------------------------------------------------------------------
 
-    def _step(self) -> Iterator[Event]:
+    def _step(self) -> Iterator[Event | Pass]:
         if self.live.stopped:
             self.stop_reason = "cancelled"
             return
@@ -272,11 +272,13 @@ class Generation:
         plan = self.policy.plan(view)
         try:
             draft = self._draft(plan, proposals)
-            tokens, sources, step, scores = self._verify(plan, draft)
+            tokens, sources, step, scores = yield from self._verify(plan, draft)
         except DecodeAborted:
             self.stop_reason = "cancelled"
             return
-        self._learn(step, draft, tokens, pair.clock() - step_started)
+        # Less the time the answer waited for its pass beyond the pass itself (other
+        # answers' turns): what the step cost is its own work.
+        self._learn(step, draft, tokens, pair.clock() - step_started - self._waited_s)
         yield step
         yield from self._commit(tokens, sources, scores)
 
@@ -290,10 +292,12 @@ class Generation:
                 verify_s=step.verify_s,
                 overhead_s=step_s - step.draft_s - step.verify_s,
                 new_tokens=tokens,
+                shared=self._pass_shared,
             )
         )
         stats = self.stats
         stats.target_passes += 1
+        stats.shared_passes += self._pass_shared
         stats.drafted += step.gamma
         stats.accepted += step.accepted
         stats.draft_s += step.draft_s
@@ -354,15 +358,16 @@ class Generation:
 
         return apply
 
-    def _verify(self, plan: Plan, draft: Draft) -> tuple[list[int], list[str], Step, Scores | None]:
+    def _verify(
+        self, plan: Plan, draft: Draft
+    ) -> Generator[Pass, object, tuple[list[int], list[str], Step, Scores | None]]:
         """One target pass over the last committed token and the draft; the committed
         tokens, their provenance, the step and the tokens' log-probabilities."""
         target, settings, committed = self.pair.target, self.settings, self.committed
         gamma = len(draft.tokens)
         target.mark()
-        verify_start = self.pair.clock()
-        logits = target.decode([committed[-1], *draft.tokens], gamma + 1)
-        verify_s = self.pair.clock() - verify_start
+        passed = yield from self._pass([committed[-1], *draft.tokens])
+        logits, verify_s = passed.logits, passed.seconds
         if settings.penalties.active:
             logits = transform_rows(logits, settings.penalties, committed, draft.tokens)
         verdict = self._verdict(draft, logits)
@@ -383,6 +388,19 @@ class Generation:
         )
         # log-probabilities are the target's own, before any grammar
         return tokens, [DRAFT] * accepted + [last], step, self._logprobs(logits, tokens)
+
+    def _pass(self, tokens: list[int]) -> Generator[Pass, object, Passed]:
+        """The target's pass over ``tokens``, a logits row each: threaded, asked of the
+        engine thread, which decodes it with the other answers' passes; else decoded here."""
+        clock = self.pair.clock
+        asked = clock()
+        if not self.pair.turn.threaded:
+            logits = self.pair.target.decode(tokens, len(tokens))
+            self._pass_shared, self._waited_s = False, 0.0
+            return Passed(logits, clock() - asked)
+        passed: Passed = yield Pass(tokens)  # (a failed decode is raised here)
+        self._pass_shared, self._waited_s = passed.shared, clock() - asked - passed.seconds
+        return passed
 
     def _verdict(self, draft: Draft, logits: np.ndarray) -> acceptance.Verdict:
         params, constraint = self.settings.sampling, self.constraint

@@ -67,6 +67,7 @@ class StepOutcome:
     verify_s: float
     overhead_s: float  # Python time of the step outside llama.cpp
     new_tokens: list[int]  # what the step committed (accepted drafts + the target's token)
+    shared: bool = False  # its target pass was decoded with other answers' passes
 
 
 class Policy(Protocol):

@@ -1,18 +1,12 @@
 """Several answers on one pair at once: each leases a sequence of the models' contexts (a
-*slot*) for its whole life, and the answers take turns step by step.
+*slot*) for its whole life.
 
 ``Slots`` hands out the sequences. A new answer gets the free one whose tokens share the
 longest prefix with its prompt (a conversation that comes back finds its own history
 still there), else the one idle longest; with none free it waits, in arrival order.
-``Turns`` runs the answers' steps one at a time, in the order they are asked for: one step
-(or one batch of a prompt) each, whoever waits longest going next, so a short question
-asked during a long answer is answered after its own prefill and a step or two of the
-other. Threaded, every step runs on one engine thread of its own: llama.cpp's CPU backend
-(OpenMP) keeps a team of compute threads per calling thread, and decodes called from
-several threads in turn run 20–30 % slower on a 2-core machine than the same decodes from
-one (measured: docs/sessions.md).
 Holding every slot (``exclusive``) is how the cost profile is measured and the pair is
-closed without an answer in between.
+closed without an answer in between. How the answers in slots share the pair, step by
+step, is ``decoding.turns``.
 """
 
 from __future__ import annotations
@@ -21,40 +15,11 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TypeVar
 
-from edgespec.runtime.model import common_prefix
+from edgespec.runtime.tokens import common_prefix
 
 _POLL_S = 0.05  # how often a waiting answer looks whether it was stopped meanwhile
-
-
-T = TypeVar("T")
-
-
-class Turns:
-    """Runs one step at a time, first come first served. Threaded: on one engine thread
-    (a one-worker executor, whose queue is first-in first-out: an answer that asks again
-    queues behind those already waiting); else in the caller's thread, for a pair that
-    one thread drives (the CLI, the benchmark)."""
-
-    def __init__(self, threaded: bool = False):
-        self._engine = ThreadPoolExecutor(1, thread_name_prefix="edgespec-engine") if threaded else None
-
-    @property
-    def threaded(self) -> bool:
-        return self._engine is not None
-
-    def run(self, step: Callable[..., T], *args: object) -> T:
-        """``step(*args)``, in turn; its exception is raised here."""
-        if self._engine is None:
-            return step(*args)
-        return self._engine.submit(step, *args).result()
-
-    def close(self) -> None:
-        if self._engine is not None:
-            self._engine.shutdown(wait=False, cancel_futures=True)
 
 
 class Slots:

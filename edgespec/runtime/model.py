@@ -1,10 +1,11 @@
 """One GGUF model in llama.cpp, through the low-level ``llama-cpp-python`` API.
 
-A ``Model`` owns one llama.cpp context with a single sequence and remembers which tokens
-its KV cache holds (``model.tokens``, position i holds token i). It can
+A ``Model`` owns one llama.cpp context of one or more sequences and remembers which
+tokens each holds (``model.tokens`` for the current one: position i holds token i). It can
 
 * decode a batch of tokens appended at the end, asking for logits only for the last
-  ``n_outputs`` of them (one row for a prefill or a draft step, γ+1 rows to verify);
+  ``n_outputs`` of them (one row for a prefill or a draft step, γ+1 rows to verify), or
+  several sequences' verification passes in one batch;
 * roll the sequence back to its first n tokens, by truncation (``llama_memory_seq_rm``)
   or, where a model's memory cannot drop part of a sequence (recurrent and hybrid
   models), by restoring a snapshot taken with ``mark()`` and re-decoding what follows;
@@ -32,6 +33,7 @@ from edgespec.errors import EdgespecError
 from edgespec.models.gguf import kv_bytes_per_token, read_info
 from edgespec.models.recommend import total_memory_bytes
 from edgespec.runtime import system
+from edgespec.runtime.tokens import common_prefix
 
 
 class PromptExchange(Protocol):
@@ -226,7 +228,11 @@ class Model:
         cparams.n_ctx = (n_ctx if n_ctx_train <= 0 else min(n_ctx, n_ctx_train)) * n_seq
         cparams.n_batch = cparams.n_ubatch = max(opts.n_batch, opts.max_outputs)
         cparams.n_seq_max = n_seq
-        cparams.n_outputs_max = opts.max_outputs
+        # Several sequences' verification passes may share one decode: a batch's worth
+        # of logits rows (llama.cpp grows its buffer only as far as a decode asks).
+        self._outputs_capacity = cparams.n_batch if n_seq > 1 else opts.max_outputs
+        cparams.n_outputs_max = self._outputs_capacity
+        cparams.n_outputs_max_per_seq = opts.max_outputs
         threads = opts.n_threads or default_threads()
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
@@ -369,6 +375,49 @@ class Model:
                 raise DecodeAborted()
             raise EdgespecError(f"llama.cpp decode failed (status {status}): {_last_log_error()}")
         self.tokens.extend(chunk)
+
+    def decode_passes(self, passes: list[tuple[int, list[int]]]) -> list[np.ndarray]:
+        """Several sequences' short passes (``(seq, tokens)``, logits for every token: a
+        verification) in as few ``llama_decode`` calls as the batch holds, in order of
+        sequence; each pass's logits are a copy of its own rows (one pass alone: a view)."""
+        if len(passes) == 1:
+            self.use(passes[0][0])
+            return [self.decode(passes[0][1], len(passes[0][1]))]
+        results: list[np.ndarray] = [np.empty(0)] * len(passes)
+        limit = min(self._batch_capacity, self._outputs_capacity)
+        group: list[int] = []
+        for i in sorted(range(len(passes)), key=lambda i: passes[i][0]):
+            if group and sum(len(passes[j][1]) for j in [*group, i]) > limit:
+                self._decode_group(passes, group, results)
+                group = []
+            group.append(i)
+        self._decode_group(passes, group, results)
+        return results
+
+    def _decode_group(self, passes: list[tuple[int, list[int]]], group: list[int], results: list) -> None:
+        batch, n = self._batch, 0
+        for seq, tokens in (passes[i] for i in group):
+            held = self.sequence_tokens(seq)
+            if not 0 < len(tokens) <= self.options.max_outputs or len(held) + len(tokens) > self.n_ctx:
+                raise ValueError(f"a pass of {len(tokens)} tokens does not fit sequence {seq}")
+            for i, token in enumerate(tokens):
+                batch.token[n], batch.pos[n], batch.n_seq_id[n] = token, len(held) + i, 1
+                batch.seq_id[n][0], batch.logits[n] = seq, True
+                n += 1
+        batch.n_tokens = n
+        self._arm_abort(False)  # short, and shared: no one answer's stop ends it
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            for seq, _ in (passes[i] for i in group):
+                llama_cpp.llama_memory_seq_rm(self._memory, seq, len(self.sequence_tokens(seq)), -1)
+            raise EdgespecError(f"llama.cpp decode failed (status {status}): {_last_log_error()}")
+        rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(n, self.n_vocab))
+        start = 0
+        for i in group:
+            seq, tokens = passes[i]
+            self.sequence_tokens(seq).extend(tokens)
+            results[i] = rows[start : start + len(tokens)].copy()
+            start += len(tokens)
 
     def _recover_after_failed_decode(self) -> None:
         """A fatal or aborted decode may leave part of the batch in memory: cut back to
@@ -524,22 +573,6 @@ def default_context(n_ctx_train: int, kv_per_token: int, memory: int | None = No
         return trained
     fits = int(memory * KV_MEMORY_SHARE // kv_per_token) // 256 * 256
     return min(trained, max(fits, 2048))
-
-
-def common_prefix(a: list[int], b: list[int], limit: int | None = None) -> int:
-    """Length of the common prefix of two token lists (at most ``limit``). The usual case,
-    a cache that is a prefix of the context, is one C-level list comparison."""
-    n = min(len(a), len(b), len(b) if limit is None else limit)
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # the first difference lies in [lo, hi): halve with slice compares
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 class DecodeAborted(Exception):

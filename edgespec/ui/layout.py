@@ -19,7 +19,7 @@ from starlette.middleware import Middleware
 from edgespec.api import EdgeSpec
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
 from edgespec.ui.handlers import ChatHandlers, empty_gauge
-from edgespec.ui.live import LIVE_JS, HeadScript, LiveFeeds
+from edgespec.ui.live import LIVE_JS, HeadScript, LiveFeeds, pace_for
 from edgespec.ui.session import Session
 from edgespec.ui.text import LENIENCE_NOTE, STEP_HEADERS, error_markdown, provenance_html, speedup_markdown
 from edgespec.ui.views import GAMMA_CHOICES, View
@@ -43,7 +43,7 @@ def build_app(
     """The chat app around ``lm``; with ``lm=None`` the app still starts and shows
     ``load_error`` instead of answering. ``feeds``: where its answers' live feeds are
     kept (mount ``feeds.router()`` on the server that serves the app)."""
-    handlers = ChatHandlers(lm, load_error, feeds)
+    handlers = ChatHandlers(lm, load_error, feeds if feeds is not None else LiveFeeds(pace=pace_for(lm)))
     with gr.Blocks(title="edgespec chat", analytics_enabled=False) as demo:
         session = gr.State(Session())
         gr.Markdown(_header(lm))

@@ -20,20 +20,37 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from edgespec.runtime.model import default_threads
 from edgespec.ui.answer import AnswerRun
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.text import live_stats_html, provenance_legend, provenance_pieces
 
+if TYPE_CHECKING:
+    from edgespec.api import EdgeSpec
+
 LIVE_PATH = "edgespec/live"
-# New text reaches the page at most five times a second (smooth to read, and appended, so
-# cheap to draw); the small panels change at most twice a second. Every redraw of the page
-# costs a software-rendered browser about 8 ms of CPU taken from the decoding.
-LIVE_INTERVAL_S = 0.2
-PANEL_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How often the page is sent new text, and the small panels."""
+
+    text_s: float
+    panels_s: float
+
+
+# New text five times a second (smooth to read, and appended, so cheap to draw), the small
+# panels twice: where the machine has a core the decoding leaves free, or a GPU decodes.
+SMOOTH = Pace(0.2, 0.5)
+# Where llama.cpp's threads take every core, each message (the wake-ups of the server's
+# event loop and of the browser's threads, each stalling a compute thread at its next
+# barrier) costs the decoding 1–2 % of its rate: twice a second, the panels once.
+SPARING = Pace(0.5, 1.0)
 KEPT_FEEDS = 64  # feeds of recent answers a page may still connect to
 WAITING_HTML = (
     "⏳ <b>Waiting for your turn</b>: another answer is being generated on the shared "
@@ -164,10 +181,11 @@ class FeedReader:
     """What one page connection was sent of a feed, so that each message carries only
     what changed: new text is appended (the browser lays out and paints only the new
     lines); the small panels (legend, gauge, stats) are replaced, at most every
-    ``PANEL_INTERVAL_S`` and once at the end."""
+    ``panels_s`` and once at the end."""
 
-    def __init__(self, feed: Feed):
+    def __init__(self, feed: Feed, panels_s: float = SMOOTH.panels_s):
         self.feed = feed
+        self.panels_s = panels_s
         self._position: tuple[int, int] | None = None  # (run, offset) sent; None: nothing yet
         self._shown = feed.shown
         self._panels_at = float("-inf")
@@ -194,7 +212,7 @@ class FeedReader:
         if text:
             message["append"]["answer"] = html.escape(text)
             message["append"]["tokens"] = provenance_pieces(new, feed.colour)
-        if feed.finished or now - self._panels_at >= PANEL_INTERVAL_S:
+        if feed.finished or now - self._panels_at >= self.panels_s:
             self._panels_at = now
             message["replace"].update(
                 legend=provenance_legend(feed.run, feed.colour),
@@ -213,10 +231,12 @@ def _since(pieces: list[tuple[str, str]], position: tuple[int, int]) -> list[tup
 
 
 class LiveFeeds:
-    """The feeds of one app's recent answers, by unguessable id; the oldest are dropped."""
+    """The feeds of one app's recent answers, by unguessable id; the oldest are dropped.
+    ``pace``: how often a connected page is sent what changed."""
 
-    def __init__(self, kept: int = KEPT_FEEDS):
+    def __init__(self, kept: int = KEPT_FEEDS, pace: Pace = SMOOTH):
         self._kept = kept
+        self.pace = pace
         self._feeds: OrderedDict[str, Feed] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -242,13 +262,14 @@ class LiveFeeds:
             if feed is None:
                 return JSONResponse({"error": f"no live answer {feed_id!r}"}, status_code=404)
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-            return StreamingResponse(_events(feed), media_type="text/event-stream", headers=headers)
+            events = _events(feed, self.pace)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
         return router
 
 
-async def _events(feed: Feed) -> AsyncIterator[str]:
-    reader, sent = FeedReader(feed), None
+async def _events(feed: Feed, pace: Pace) -> AsyncIterator[str]:
+    reader, sent = FeedReader(feed, pace.panels_s), None
     loop = asyncio.get_running_loop()
     while True:
         version = feed.version()
@@ -258,4 +279,13 @@ async def _events(feed: Feed) -> AsyncIterator[str]:
         if feed.finished:
             yield "event: done\ndata: {}\n\n"
             return
-        await asyncio.sleep(LIVE_INTERVAL_S)
+        await asyncio.sleep(pace.text_s)
+
+
+def pace_for(lm: EdgeSpec | None) -> Pace:
+    """``SPARING`` where the target decodes on the CPU with a thread on every core."""
+    if lm is None:
+        return SMOOTH
+    on_cpu = all(name.startswith("CPU") for name in lm.target.buffers)
+    threads = lm.target.options.n_threads or default_threads()
+    return SPARING if on_cpu and threads >= default_threads() else SMOOTH

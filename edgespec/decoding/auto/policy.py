@@ -370,6 +370,12 @@ class AdaptivePolicy:
         return to plain decoding costs beyond a plain step), the draft's decodes."""
         answer, costs = self.answer, self.costs
         costs.observe_overhead(outcome.overhead_s, plain=outcome.gamma == 0)
+        for k, seconds in outcome.draft.decodes:
+            costs.draft.observe(k, seconds)
+        if outcome.shared:
+            # A share of a pass over several answers' tokens is not what this pass would
+            # cost alone, which is what the cost curve prices.
+            return
         size = outcome.gamma + 1
         if size == 1 and answer.plain_since_draft < 2:
             # Signed: on a CPU a slow step and a fast one cancel, where clipping at zero
@@ -382,8 +388,6 @@ class AdaptivePolicy:
         costs.target.observe(size, outcome.verify_s, repeated=size == answer.last_size)
         answer.plain_since_draft = 0 if size > 1 else min(answer.plain_since_draft + 1, 2)
         answer.last_size = size
-        for k, seconds in outcome.draft.decodes:
-            costs.draft.observe(k, seconds)
 
     def _learn_model(self, outcome: StepOutcome) -> None:
         """The draft model's judged tokens; a trial is judged by its first token: a draft

@@ -13,7 +13,8 @@ import numpy as np
 from edgespec.decoding.drafters.base import AnswerSetup, Draft, DraftRequest, Proposal
 from edgespec.decoding.drafters.grammar import ForcedText, GrammarGuide
 from edgespec.decoding.sampling import max_probability, probabilities, sample
-from edgespec.runtime.model import Model, common_prefix
+from edgespec.runtime.model import Model
+from edgespec.runtime.tokens import common_prefix
 
 if TYPE_CHECKING:
     from edgespec.decoding.constrained import Constraint

@@ -1,0 +1,264 @@
+"""Every model call on a pair, in turn, and several answers' target passes as one decode.
+
+Threaded (a server, the app: several threads read answers), one engine thread makes every
+model call, in rounds. In a round each running answer goes on to its next target pass
+(drafting it included), or reads one batch of its prompt; then the passes of all of them
+are one ``llama_decode`` over their sequences: a pass over 4 tokens costs this CPU about
+1.6 single ones (docs/sessions.md), so four answers at once get further than four in
+turn. Each answer's events go to a queue of its own, which the thread reading the answer
+drains. Other calls (measuring costs, an embedding) run between rounds, in the order asked.
+
+Why one thread: llama.cpp's CPU backend (OpenMP) keeps a team of compute threads per
+calling thread, and decodes called from several threads in turn run 20–30 % slower on a
+2-core machine than the same decodes from one (docs/sessions.md).
+
+Unthreaded (the CLI, the benchmarks: one answer at a time), the caller's thread runs its
+answer, each pass alone.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+# Several sequences' passes, ``(seq, tokens)``, decoded together: each one's logits rows.
+DecodePasses = Callable[[list[tuple[int, list[int]]]], list[np.ndarray]]
+
+
+class Pause:
+    """Between two batches of a long prompt: the answer's turn ends, no event is sent."""
+
+
+PAUSE = Pause()
+
+
+@dataclass(frozen=True)
+class Pass:
+    """A target pass an answer asks for: ``tokens`` appended to its sequence, a logits
+    row for each."""
+
+    tokens: list[int]
+
+
+@dataclass(frozen=True)
+class Passed:
+    """What a pass gave: its logits rows and its share of the decode's seconds (by its
+    tokens); ``shared`` when other answers' passes were in the same decode."""
+
+    logits: np.ndarray
+    seconds: float
+    shared: bool = False
+
+
+class Runner(Protocol):
+    """One answer as the engine thread drives it."""
+
+    sequence: int
+    finished: bool
+
+    def advance(self, result: Passed | BaseException | None) -> Pass | None:
+        """Go on (with the last pass's result, or its error) to the next pass asked for;
+        None when the turn ended without one (a batch of the prompt, or the end)."""
+        ...
+
+    def fail(self, error: BaseException) -> None:
+        """End the answer with ``error`` (the engine closed under it)."""
+        ...
+
+
+class Turns:
+    """The pair's engine thread (threaded), or the caller's own (not)."""
+
+    def __init__(
+        self,
+        threaded: bool = False,
+        decode_passes: DecodePasses | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self._decode_passes = decode_passes
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._calls: deque[tuple[Callable[[], object], Future]] = deque()
+        self._runners: list[Runner] = []
+        self._results: dict[int, Passed | BaseException] = {}  # by id(runner), for its next advance
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._thread = threading.Thread(target=self._loop, name="edgespec-engine", daemon=True)
+            self._thread.start()
+
+    @property
+    def threaded(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def running(self) -> int:
+        """Answers the engine thread drives now."""
+        with self._cond:
+            return len(self._runners)
+
+    def run(self, call: Callable[..., T], *args: object) -> T:
+        """``call(*args)`` on the engine thread, between rounds, in the order asked; its
+        exception is raised here. Unthreaded: at once, here."""
+        if self._thread is None:
+            return call(*args)
+        future: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the engine is closed")
+            self._calls.append((lambda: call(*args), future))
+            self._cond.notify_all()
+        return future.result()
+
+    def join(self, runner: Runner) -> None:
+        """Drive ``runner`` from the next round on, until it is finished (threaded only)."""
+        assert self._thread is not None, "an unthreaded answer runs in its caller's thread"
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the engine is closed")
+            self._runners.append(runner)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # -- the engine thread -------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._closed or self._calls or self._runners):
+                    self._cond.wait()
+                if self._closed:
+                    self._end()
+                    return
+                calls, self._calls = self._calls, deque()
+                runners = list(self._runners)
+            for call, future in calls:
+                _settle(future, call)
+            if runners:
+                self._round(runners)
+
+    def _round(self, runners: list[Runner]) -> None:
+        asked: list[tuple[Runner, Pass]] = []
+        for runner in runners:
+            wanted = runner.advance(self._results.pop(id(runner), None))
+            if runner.finished:
+                with self._cond:
+                    self._runners.remove(runner)
+            elif wanted is not None:
+                asked.append((runner, wanted))
+        if asked:
+            self._decode(asked)
+
+    def _decode(self, asked: list[tuple[Runner, Pass]]) -> None:
+        assert self._decode_passes is not None, "a threaded engine decodes its answers' passes"
+        start = self._clock()
+        try:
+            rows = self._decode_passes([(runner.sequence, wanted.tokens) for runner, wanted in asked])
+        except Exception as error:  # handed to each answer, which ends with it
+            for runner, _ in asked:
+                self._results[id(runner)] = error
+            return
+        seconds = self._clock() - start
+        total = sum(len(wanted.tokens) for _, wanted in asked)
+        for (runner, wanted), logits in zip(asked, rows, strict=True):
+            share = seconds * len(wanted.tokens) / total
+            self._results[id(runner)] = Passed(logits, share, shared=len(asked) > 1)
+
+    def _end(self) -> None:
+        closed = RuntimeError("the engine is closed")
+        for _, future in self._calls:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(closed)
+        for runner in self._runners:
+            runner.fail(closed)
+        self._calls.clear()
+        self._runners.clear()
+
+
+def _settle(future: Future, call: Callable[[], object]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(call())
+    except BaseException as error:  # the caller gets it, whatever it is
+        future.set_exception(error)
+
+
+_END = object()
+Steps = Generator[object, Passed | None, None]  # events, pauses and passes
+Binding = Callable[[], AbstractContextManager]  # binds an answer's sequence to the models meanwhile
+
+
+class Driven:
+    """An answer's steps as the engine thread drives them: what they yield, other than
+    passes and pauses, goes to ``events`` for the thread that reads the answer."""
+
+    def __init__(self, steps: Steps, sequence: int, bound: Binding):
+        self.steps = steps
+        self.sequence = sequence
+        self.bound = bound
+        self.finished = False
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+
+    def advance(self, result: Passed | BaseException | None) -> Pass | None:
+        try:
+            with self.bound():
+                if isinstance(result, BaseException):  # the pass failed: raised in the answer
+                    item = self.steps.throw(result)
+                else:
+                    item = self.steps.send(result)
+                while not isinstance(item, Pass | Pause):
+                    self.events.put(item)
+                    item = next(self.steps)
+        except StopIteration:
+            self._end()
+            return None
+        except Exception as error:  # the reading thread raises it
+            self.fail(error)
+            return None
+        return item if isinstance(item, Pass) else None
+
+    def fail(self, error: BaseException) -> None:
+        self.events.put(error)
+        self._end()
+
+    def _end(self) -> None:
+        self.finished = True
+        self.events.put(_END)
+
+
+def driven(
+    turns: Turns, steps: Steps, sequence: int, bound: Binding, stop: Callable[[], None]
+) -> Iterator[object]:
+    """The events of an answer's ``steps`` that the engine thread runs (``bound`` binds its
+    sequence and cancel token to the models), as they come; ``stop`` ends the answer."""
+    runner = Driven(steps, sequence, bound)
+    turns.join(runner)
+    ended = False
+    try:
+        while (item := runner.events.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+        ended = True
+    finally:
+        if not ended:
+            # Its sequence is leased until it ends: a reader that leaves stops it and
+            # waits the step or two that takes.
+            stop()
+            while runner.events.get() is not _END:
+                pass

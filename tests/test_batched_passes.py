@@ -1,0 +1,115 @@
+"""Several sequences' target passes in one ``llama_decode`` on the real target: each pass
+gets its own rows (what it gives decoded alone, up to the kernels' rounding) and only its
+own sequence grows; a pass that does not fit is refused before anything is decoded; and
+answers running at once on a threaded engine share their passes and still answer as they
+do alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.decoding.engine import Engine
+from edgespec.decoding.events import Done
+from edgespec.decoding.request import GenerationSettings, Request
+from edgespec.runtime.model import LoadOptions, Model
+
+pytestmark = pytest.mark.needs_models
+
+PROMPTS = (
+    "The days of the week are Monday, Tuesday,",
+    "def add(a, b):\n    return",
+    "1, 2, 3, 4, 5, 6,",
+)
+
+
+@pytest.fixture(scope="module")
+def target(target_path: Path) -> Model:
+    model = Model(target_path, LoadOptions(n_ctx=256, n_seq=3, max_outputs=9))
+    yield model
+    model.close()
+
+
+def prefill(model: Model) -> list[list[int]]:
+    prompts = [model.tokenize(text) for text in PROMPTS]
+    for seq, tokens in enumerate(prompts):
+        model.use(seq)
+        model.reset()
+        model.decode(tokens, 1)
+    return prompts
+
+
+def test_each_pass_in_a_shared_decode_gets_its_own_rows(target: Model) -> None:
+    prompts = prefill(target)
+    more = (" Wednesday", " a + b", " 7, 8")  # passes of different lengths
+    passes = [(seq, target.tokenize(text, add_special=False)) for seq, text in enumerate(more)]
+    alone = []
+    for seq, tokens in passes:
+        target.use(seq)
+        alone.append(target.decode(tokens, len(tokens)).copy())
+        target.keep(len(prompts[seq]))
+    # Asked out of order: the rows still come back in the order asked.
+    shared = target.decode_passes(list(reversed(passes)))[::-1]
+    for (seq, tokens), rows, reference in zip(passes, shared, alone, strict=True):
+        assert rows.shape == (len(tokens), target.n_vocab)
+        assert (rows.argmax(axis=1) == reference.argmax(axis=1)).all()
+        # Batch shapes round differently (0.3 here); another sequence's rows differ by about 20.
+    assert np.abs(rows - reference).max() < 2.0
+        assert target.sequence_tokens(seq) == prompts[seq] + tokens
+        target.use(seq)
+        assert target.cache_span() == (0, len(prompts[seq]) + len(tokens) - 1)
+
+
+def test_a_pass_that_does_not_fit_is_refused_and_nothing_is_decoded(target: Model) -> None:
+    prompts = prefill(target)
+    too_long = [1] * (target.options.max_outputs + 1)
+    with pytest.raises(ValueError, match="does not fit"):
+        target.decode_passes([(0, [5]), (2, too_long)])
+    for seq, tokens in enumerate(prompts):
+        target.use(seq)
+        assert target.tokens == tokens and target.cache_span() == (0, len(tokens) - 1)
+
+
+def test_answers_at_once_share_their_passes_and_answer_as_they_do_alone(target: Model) -> None:
+    prefill(target)  # (the answers find none of their prompts cached: each reads it whole)
+    engine = Engine(target, threaded=True)
+    settings = GenerationSettings(max_tokens=12)
+    requests = [Request(tuple(target.tokenize(text)), settings) for text in PROMPTS]
+    try:
+        alone = [answer(engine, request, seq) for seq, request in enumerate(requests)]
+        for seq in range(len(PROMPTS)):
+            target.use(seq)
+            target.reset()
+        together: list[Done | None] = [None] * len(requests)
+
+        def run(seq: int) -> None:
+            together[seq] = answer(engine, requests[seq], seq)
+
+        # The engine is held until all three have joined, whatever this machine's load.
+        blocker = threading.Event()
+        held = threading.Thread(target=engine.turn.run, args=(blocker.wait,))
+        held.start()
+        threads = [threading.Thread(target=run, args=(seq,)) for seq in range(len(requests))]
+        for thread in threads:
+            thread.start()
+        while engine.turn.running < len(threads):
+            time.sleep(0.01)
+        blocker.set()
+        for thread in [held, *threads]:
+            thread.join(120)
+    finally:
+        engine.turn.close()
+    assert [done.text for done in together] == [done.text for done in alone]  # type: ignore[union-attr]
+    assert all(done.stats.shared_passes == 0 for done in alone)
+    assert sum(done.stats.shared_passes for done in together) > 0  # type: ignore[union-attr]
+
+
+def answer(engine: Engine, request: Request, seq: int) -> Done:
+    generation = engine.start(request)
+    generation.sequence = seq
+    done = [event for event in generation.events() if isinstance(event, Done)]
+    return done[0]

@@ -1,0 +1,132 @@
+"""The engine thread's rounds (``decoding.turns``): the passes the answers running at once
+ask for in a round are one decode; an answer that ends leaves the rounds; a failed decode
+ends the answers it held and no other; other calls run on the same thread between rounds.
+The runners here are plain scripted answers: what is tested is the scheduling."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from edgespec.decoding.turns import Pass, Passed, Turns
+
+
+class Scripted:
+    """An answer that asks for ``passes`` passes of ``size`` tokens, one per round,
+    recording what each pass gave."""
+
+    def __init__(self, sequence: int, passes: int, size: int = 1):
+        self.sequence = sequence
+        self.finished = False
+        self.left = passes
+        self.size = size
+        self.results: list[Passed | BaseException] = []
+        self.threads: set[str] = set()
+        self.done = threading.Event()
+
+    def advance(self, result: Passed | BaseException | None) -> Pass | None:
+        self.threads.add(threading.current_thread().name)
+        if result is not None:
+            self.results.append(result)
+            if isinstance(result, BaseException):
+                self.fail(result)
+                return None
+        if self.left == 0:
+            self.finished = True
+            self.done.set()
+            return None
+        self.left -= 1
+        return Pass([self.sequence] * self.size)
+
+    def fail(self, error: BaseException) -> None:
+        self.finished = True
+        self.done.set()
+
+
+class Recorder:
+    """A decode of several passes: each row holds its sequence number."""
+
+    def __init__(self, fail_when: int | None = None):
+        self.calls: list[list[int]] = []
+        self.fail_when = fail_when
+
+    def __call__(self, passes: list[tuple[int, list[int]]]) -> list[np.ndarray]:
+        self.calls.append([seq for seq, _ in passes])
+        if self.fail_when is not None and self.fail_when in self.calls[-1]:
+            raise RuntimeError("the decode failed")
+        time.sleep(0.002)
+        return [np.full((len(tokens), 3), seq, dtype=np.float32) for seq, tokens in passes]
+
+
+def run_all(turns: Turns, runners: list[Scripted]) -> None:
+    for runner in runners:
+        turns.join(runner)
+    for runner in runners:
+        assert runner.done.wait(10)
+
+
+def test_the_passes_of_the_answers_running_at_once_are_one_decode():
+    decode = Recorder()
+    turns = Turns(threaded=True, decode_passes=decode)
+    # Held up by a call, so that all three join before the first round.
+    blocker = threading.Event()
+    held = threading.Thread(target=turns.run, args=(blocker.wait,))
+    held.start()
+    runners = [Scripted(0, 3), Scripted(1, 5), Scripted(2, 1, size=4)]
+    for runner in runners:
+        turns.join(runner)
+    blocker.set()
+    try:
+        for runner in runners:
+            assert runner.done.wait(10)
+    finally:
+        turns.close()
+    assert decode.calls == [[0, 1, 2], [0, 1], [0, 1], [1], [1]]
+    for runner in runners:
+        assert all(isinstance(r, Passed) and (r.logits == runner.sequence).all() for r in runner.results)
+        assert runner.threads == {"edgespec-engine"}
+    shared = [r.shared for r in runners[1].results]  # type: ignore[union-attr]
+    assert shared == [True, True, True, False, False]
+    # A decode's seconds are shared by tokens: the 4-token pass got 4/6 of the first one.
+    first = [runner.results[0].seconds for runner in runners]  # type: ignore[union-attr]
+    assert first[2] == pytest.approx(4 * first[0]) and first[0] == pytest.approx(first[1])
+
+
+def test_a_failed_decode_ends_the_answers_in_it_and_no_other():
+    decode = Recorder(fail_when=1)
+    turns = Turns(threaded=True, decode_passes=decode)
+    try:
+        failing = Scripted(1, 3)
+        run_all(turns, [failing])
+        other = Scripted(0, 2)
+        run_all(turns, [other])
+    finally:
+        turns.close()
+    assert len(failing.results) == 1 and isinstance(failing.results[0], RuntimeError)
+    assert [type(r) for r in other.results] == [Passed, Passed]
+
+
+def test_calls_run_on_the_engine_thread_between_rounds_and_raise_where_asked():
+    turns = Turns(threaded=True, decode_passes=Recorder())
+    try:
+        assert turns.run(threading.current_thread).name == "edgespec-engine"
+        with pytest.raises(ZeroDivisionError):
+            turns.run(lambda: 1 / 0)
+        runner = Scripted(0, 10**9)  # runs until told to stop
+        turns.join(runner)
+        assert turns.run(lambda: 7) == 7  # answered while the answer runs
+        runner.left = 0
+        assert runner.done.wait(10)
+    finally:
+        turns.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        turns.run(lambda: 1)
+
+
+def test_unthreaded_calls_run_in_the_callers_thread():
+    turns = Turns()
+    assert not turns.threaded
+    assert turns.run(threading.current_thread) is threading.current_thread()

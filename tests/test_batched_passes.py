@@ -58,7 +58,7 @@ def test_each_pass_in_a_shared_decode_gets_its_own_rows(target: Model) -> None:
         assert rows.shape == (len(tokens), target.n_vocab)
         assert (rows.argmax(axis=1) == reference.argmax(axis=1)).all()
         # Batch shapes round differently (0.3 here); another sequence's rows differ by about 20.
-    assert np.abs(rows - reference).max() < 2.0
+        assert np.abs(rows - reference).max() < 2.0
         assert target.sequence_tokens(seq) == prompts[seq] + tokens
         target.use(seq)
         assert target.cache_span() == (0, len(prompts[seq]) + len(tokens) - 1)

@@ -2,7 +2,7 @@
 gets its own rows (what it gives decoded alone, up to the kernels' rounding) and only its
 own sequence grows; a pass that does not fit is refused before anything is decoded; and
 answers running at once on a threaded engine share their passes and still answer as they
-do alone."""
+do alone; and the draft model reads a new answer's prompt a batch per turn."""
 
 from __future__ import annotations
 
@@ -113,3 +113,27 @@ def answer(engine: Engine, request: Request, seq: int) -> Done:
     generation.sequence = seq
     done = [event for event in generation.events() if isinstance(event, Done)]
     return done[0]
+
+
+def test_the_draft_model_reads_a_long_prompt_a_batch_per_turn(pair) -> None:
+    """What lets other answers step between the batches of a new answer's draft prefill."""
+    from edgespec.decoding.drafters import AnswerSetup
+    from edgespec.decoding.drafters.model import ModelDrafter
+
+    draft = pair.draft
+    draft.use(0)
+    draft.reset()
+    drafter = ModelDrafter(draft, pair.target)
+    drafter.begin(
+        AnswerSetup(
+            prompt=[], prediction=[], constraint=None, cancel=threading.Event(), clock=time.perf_counter
+        )
+    )
+    context = pair.target.tokenize("Tell me about the sea. " * 40)
+    turns = 1
+    drafter.prefill(context, 128)
+    while drafter.catch_up_tokens(context) > 1:
+        assert len(draft.tokens) == 128 * turns
+        drafter.prefill(context, 128)
+        turns += 1
+    assert turns == -(-(len(context) - 1) // 128) and draft.tokens == context[:-1]

@@ -143,7 +143,7 @@ def test_prompt_longer_than_the_context():
 
 @pytest.mark.needs_models
 def test_context_limit_is_a_stop_reason():
-    result = run_cli("generate", "--ctx", "256", "--max-tokens", "2000", "--json", "--drafter", "ngram",
+    result = run_cli("generate", "--ctx", "128", "--max-tokens", "2000", "--json", "--drafter", "ngram",
                      "--prompt", "Count from 1 to 500, one number per line.", "--chat")  # fmt: skip
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout.strip().splitlines()[-1])

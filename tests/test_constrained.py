@@ -105,8 +105,8 @@ def test_answers_with_tools_are_the_targets_own_for_every_drafter(pair):
     tokens = pair.prompt_tokens(messages, chat=True, tools=WEATHER)
     required = call_grammar("hermes", {"get_weather": WEATHER[0]["function"]["parameters"]}, parallel=True)
     for grammar in (None, required):
-        want = list(pair.stream(tokens, drafter="none", gamma=0, max_tokens=40, grammar=grammar))[-1]
+        want = list(pair.stream(tokens, drafter="none", gamma=0, max_tokens=32, grammar=grammar))[-1]
         for drafter, gamma in (("ngram", 8), ("copy", 12), ("model", 3), ("auto", "auto")):
-            got = list(pair.stream(tokens, drafter=drafter, gamma=gamma, max_tokens=40, grammar=grammar))[-1]
+            got = list(pair.stream(tokens, drafter=drafter, gamma=gamma, max_tokens=32, grammar=grammar))[-1]
             assert got.token_ids == want.token_ids, (drafter, grammar is not None)
     assert want.text.startswith("<tool_call>\n{") and "get_weather" in want.text

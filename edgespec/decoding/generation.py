@@ -222,8 +222,22 @@ class Generation:
             self.stats.ttft_s = self.pair.clock() - started
             yield token
         if not self.stop_reason and self.policy.prefill_draft:
+            yield from self._prefill_drafters()
+
+    def _prefill_drafters(self) -> Iterator[Pause]:
+        """The drafters read the prompt ahead of the first draft, a batch per turn: the
+        draft model reads a long prompt in many batches, and other answers step between."""
+        most = self.pair.draft.prefill_chunk if self.pair.draft is not None else None
+        try:
             for drafter in self.drafters.values():
-                self.stats.prefill_s += drafter.prefill(self.committed)
+                self.stats.prefill_s += drafter.prefill(self.committed, most)
+                while drafter.catch_up_tokens(self.committed) > 1:
+                    yield PAUSE
+                    if self.live.stopped:
+                        raise DecodeAborted()
+                    self.stats.prefill_s += drafter.prefill(self.committed, most)
+        except DecodeAborted:
+            self.stop_reason = "cancelled"
 
     def _begin_drafters(self) -> None:
         setup = AnswerSetup(

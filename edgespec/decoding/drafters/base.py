@@ -120,8 +120,9 @@ class Drafter(Protocol):
         """Context tokens ``propose`` would decode before its first draft token."""
         ...
 
-    def prefill(self, context: list[int]) -> float:
-        """Read ``context`` ahead of the first draft; seconds spent."""
+    def prefill(self, context: list[int], most: int | None = None) -> float:
+        """Read ``context`` ahead of the first draft (at most ``most`` tokens of it this
+        call: ``catch_up_tokens`` says what is left); seconds spent."""
         ...
 
 
@@ -144,7 +145,7 @@ class LookupDrafter:
     def catch_up_tokens(self, context: list[int]) -> int:
         return 0  # a lookup reads the context as it is
 
-    def prefill(self, context: list[int]) -> float:
+    def prefill(self, context: list[int], most: int | None = None) -> float:
         return 0.0
 
     def proposal(self, context: list[int], max_tokens: int) -> Proposal:

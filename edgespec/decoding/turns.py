@@ -215,6 +215,9 @@ class Driven:
         self.events: queue.SimpleQueue = queue.SimpleQueue()
 
     def advance(self, result: Passed | BaseException | None) -> Pass | None:
+        # A turn's events are handed over together: each hand-over wakes the reading
+        # thread, which then runs beside the next decode and slows it.
+        events: list[object] = []
         try:
             with self.bound():
                 if isinstance(result, BaseException):  # the pass failed: raised in the answer
@@ -222,23 +225,24 @@ class Driven:
                 else:
                     item = self.steps.send(result)
                 while not isinstance(item, Pass | Pause):
-                    self.events.put(item)
+                    events.append(item)
                     item = next(self.steps)
         except StopIteration:
-            self._end()
+            self._end(events)
             return None
         except Exception as error:  # the reading thread raises it
-            self.fail(error)
+            self._end([*events, error])
             return None
+        if events:
+            self.events.put(events)
         return item if isinstance(item, Pass) else None
 
     def fail(self, error: BaseException) -> None:
-        self.events.put(error)
-        self._end()
+        self._end([error])
 
-    def _end(self) -> None:
+    def _end(self, events: list[object]) -> None:
         self.finished = True
-        self.events.put(_END)
+        self.events.put([*events, _END])
 
 
 def driven(
@@ -250,15 +254,19 @@ def driven(
     turns.join(runner)
     ended = False
     try:
-        while (item := runner.events.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-        ended = True
+        while not ended:
+            for item in runner.events.get():
+                if item is _END:
+                    ended = True
+                elif isinstance(item, BaseException):
+                    ended = True
+                    raise item
+                else:
+                    yield item
     finally:
         if not ended:
             # Its sequence is leased until it ends: a reader that leaves stops it and
             # waits the step or two that takes.
             stop()
-            while runner.events.get() is not _END:
+            while _END not in runner.events.get():
                 pass

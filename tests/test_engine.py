@@ -28,10 +28,10 @@ PROMPTS = [
     "Write a SQL query that finds the three most recent orders per customer, then explain it.",
     "Explain step by step how to compute 17 * 23 in your head.",
 ]
-# Tokens compared per prompt: 40 for the cross product of drafters and prompts, 64 where
+# Tokens compared per prompt: 40 for the cross product of drafters and prompts, 56 where
 # the answer copies its prompt and the lookups' long drafts must hold for longer.
 COMPARED_TOKENS = 40
-COPY_COMPARED_TOKENS = 64
+COPY_COMPARED_TOKENS = 56
 
 
 def run(lm: EdgeSpec, tokens: list[int], max_tokens: int, **kwargs) -> Done:

@@ -147,6 +147,7 @@ class EdgeSpec:
                     notify=lambda note: print(note, file=sys.stderr),
                 )
                 self._controller = self.engine.turn.run(prepare)
+                self.engine.turn.weigh = self._controller.costs.target.estimate
         return self._controller
 
     # -- prompts ------------------------------------------------------------------------

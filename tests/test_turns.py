@@ -130,3 +130,21 @@ def test_unthreaded_calls_run_in_the_callers_thread():
     turns = Turns()
     assert not turns.threaded
     assert turns.run(threading.current_thread) is threading.current_thread()
+
+
+def test_a_shared_decode_is_charged_by_what_each_pass_would_cost_alone():
+    turns = Turns(threaded=True, decode_passes=Recorder())
+    turns.weigh = lambda k: 1.0 + 0.25 * (k - 1)  # a pass of 5 tokens costs 2 of 1 token
+    blocker = threading.Event()
+    held = threading.Thread(target=turns.run, args=(blocker.wait,))
+    held.start()
+    one, five = Scripted(0, 1), Scripted(1, 1, size=5)
+    turns.join(one)
+    turns.join(five)
+    blocker.set()
+    try:
+        assert one.done.wait(10) and five.done.wait(10)
+    finally:
+        turns.close()
+    shares = [runner.results[0].seconds for runner in (one, five)]  # type: ignore[union-attr]
+    assert shares[1] == pytest.approx(2 * shares[0])

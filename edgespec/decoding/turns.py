@@ -52,8 +52,8 @@ class Pass:
 
 @dataclass(frozen=True)
 class Passed:
-    """What a pass gave: its logits rows and its share of the decode's seconds (by its
-    tokens); ``shared`` when other answers' passes were in the same decode."""
+    """What a pass gave: its logits rows and its share of the decode's seconds (by what
+    it would cost alone); ``shared`` when other answers' passes were in the same decode."""
 
     logits: np.ndarray
     seconds: float
@@ -92,6 +92,10 @@ class Turns:
         self._runners: list[Runner] = []
         self._results: dict[int, Passed | BaseException] = {}  # by id(runner), for its next advance
         self._closed = False
+        # What a pass of k tokens costs alone (the pair's cost curve, once known): a shared
+        # decode's seconds are split by it, so each answer is charged what its pass would
+        # cost alone, scaled to the decode; by tokens until then.
+        self.weigh: Callable[[int], float] | None = None
         self._thread: threading.Thread | None = None
         if threaded:
             self._thread = threading.Thread(target=self._loop, name="edgespec-engine", daemon=True)
@@ -173,9 +177,10 @@ class Turns:
                 self._results[id(runner)] = error
             return
         seconds = self._clock() - start
-        total = sum(len(wanted.tokens) for _, wanted in asked)
-        for (runner, wanted), logits in zip(asked, rows, strict=True):
-            share = seconds * len(wanted.tokens) / total
+        weigh = self.weigh or float
+        weights = [max(weigh(len(wanted.tokens)), 1e-9) for _, wanted in asked]
+        for (runner, _), logits, weight in zip(asked, rows, weights, strict=True):
+            share = seconds * weight / sum(weights)
             self._results[id(runner)] = Passed(logits, share, shared=len(asked) > 1)
 
     def _end(self) -> None:

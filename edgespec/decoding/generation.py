@@ -230,12 +230,13 @@ class Generation:
         most = self.pair.draft.prefill_chunk if self.pair.draft is not None else None
         try:
             for drafter in self.drafters.values():
-                self.stats.prefill_s += drafter.prefill(self.committed, most)
-                while drafter.catch_up_tokens(self.committed) > 1:
+                while True:
+                    self.stats.prefill_s += drafter.prefill(self.committed, most)
+                    if drafter.catch_up_tokens(self.committed) <= 1:
+                        break
                     yield PAUSE
                     if self.live.stopped:
                         raise DecodeAborted()
-                    self.stats.prefill_s += drafter.prefill(self.committed, most)
         except DecodeAborted:
             self.stop_reason = "cancelled"
 

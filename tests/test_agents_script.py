@@ -93,7 +93,9 @@ class StandIn(BaseHTTPRequestHandler):
     them), an echo, an error status, and a stream that breaks off."""
 
     protocol_version = "HTTP/1.1"
-    finished: ClassVar[dict[str, float]] = {}  # path -> when its last piece left
+    # path -> when its last piece started to leave (set before it is written, so a client
+    # that has read the whole stream always finds it)
+    last_piece: ClassVar[dict[str, float]] = {}
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -144,11 +146,12 @@ class StandIn(BaseHTTPRequestHandler):
         for i, piece in enumerate(pieces):
             if i:
                 time.sleep(PIECE_GAP_S)
+            if i == len(pieces) - 1:
+                StandIn.last_piece[self.path] = time.perf_counter()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
-        StandIn.finished[self.path] = time.perf_counter()
 
     def _cut(self) -> None:
         self.send_response(200)
@@ -220,7 +223,7 @@ def test_a_stream_passes_through_without_buffering(proxy: RecordingProxy):
     assert first.startswith(b"event: message_start")
     assert first + rest == b"".join(TEXT_STREAM)
     # The first event arrived while the stand-in was still writing the others.
-    assert first_at < StandIn.finished["/text"] - PIECE_GAP_S
+    assert first_at < StandIn.last_piece["/text"] - PIECE_GAP_S
     record = _one_record(proxy)
     assert record.streamed and record.status == 200
     assert record.ttfb_s is not None and record.total_s is not None

@@ -9,7 +9,10 @@ on loopback; the browser drives it the way a user does: Clear, pick the drafter,
 prompt, Enter, and wait for the answer's stats. The figure compared is the decode-phase
 rate (tokens after the first over the time after the first), which both report from the
 same engine counters; prefill differs between a fresh CLI process and the app's warm
-cache, and is left out. Greedy, so both decode the same tokens.
+cache, and is left out. Greedy, so both decode the same tokens. Each answer asks another
+private edit (``data/app_edits.toml``), the same on both sides: asked again, the app would
+draft the answer from its own earlier one (the ``suffix`` index), which the CLI's fresh
+process cannot.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,14 +33,8 @@ from edgespec.errors import EdgespecError
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-# A private edit the corpus does not hold: the answer copies most of its input.
-PROMPT = (
-    "Rename the variable `total` to `running_sum` everywhere in this function and return the "
-    "whole function:\n\n```python\ndef summarize(values):\n    total = 0\n    count = 0\n"
-    "    for value in values:\n        if value is None:\n            continue\n"
-    "        total += value\n        count += 1\n    mean = total / count if count else 0.0\n"
-    "    return {'total': total, 'count': count, 'mean': mean}\n```"
-)
+EDITS = Path(__file__).parent / "data" / "app_edits.toml"
+WARM_UP = "Count from one to ten in words."  # the page's first render and the app's first answer
 DECODE = re.compile(r"tokens/s, decode phase \| ([0-9.]+)")
 TIMEOUT_S = 600
 
@@ -58,6 +56,15 @@ class Pairing:
             "ratios": [round(r, 3) for r in ratios],
             "spread": round(max(ratios) - min(ratios), 3) if len(ratios) > 1 else 0.0,
         }
+
+
+def edit_prompts(path: Path = EDITS) -> list[str]:
+    """The private edits, as a user would ask for them: the answer copies most of its input."""
+    return [
+        f"Rename the variable `{edit['old']}` to `{edit['new']}` everywhere in this function "
+        f"and return the whole function:\n\n```python\n{edit['code'].strip()}\n```"
+        for edit in tomllib.loads(path.read_text())["edit"]
+    ]
 
 
 def cli_rate(prompt: str, drafter: str, max_tokens: int, ctx: int) -> float:
@@ -126,16 +133,18 @@ def measure(args: argparse.Namespace) -> list[Pairing]:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             page = open_app(browser, f"http://127.0.0.1:{port}/", args.max_tokens)
-            app_rate(page, args.prompt, "none")  # warm-up: first page render, first answer
+            app_rate(page, WARM_UP, "none")
             for repeat in range(args.repeats):
-                for pairing in pairings:
+                for number, pairing in enumerate(pairings):
+                    # Another edit for every answer the app gives: it has seen none of them.
+                    prompt = args.prompts[(repeat * len(pairings) + number) % len(args.prompts)]
                     # Interleaved, and in turn first: neither side always runs after the other.
                     sides = [("cli", pairing.cli), ("app", pairing.app)]
                     for side, rates in sides if repeat % 2 == 0 else reversed(sides):
                         rate = (
-                            cli_rate(args.prompt, pairing.drafter, args.max_tokens, args.ctx)
+                            cli_rate(prompt, pairing.drafter, args.max_tokens, args.ctx)
                             if side == "cli"
-                            else app_rate(page, args.prompt, pairing.drafter)
+                            else app_rate(page, prompt, pairing.drafter)
                         )
                         rates.append(rate)
                         print(f"{pairing.drafter:6} {side}: {rate:.1f} tokens/s", file=sys.stderr, flush=True)
@@ -168,7 +177,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         repeats=max(args.repeats, 2),
         max_tokens=args.max_tokens or 160,
         ctx=args.ctx,
-        prompt=PROMPT,
+        prompts=edit_prompts(),
         json=args.json,
     )
     return report(app_args)
@@ -182,9 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--ctx", type=int, default=4096)
-    parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument(
+        "--prompt", action="append", dest="prompts", help="ask this instead (repeatable: in turn)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     args = parser.parse_args(argv)
+    args.prompts = args.prompts or edit_prompts()
     try:
         return report(args)
     except EdgespecError as exc:

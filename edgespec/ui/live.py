@@ -47,10 +47,11 @@ class Pace:
 # New text five times a second (smooth to read, and appended, so cheap to draw), the small
 # panels twice: where the machine has a core the decoding leaves free, or a GPU decodes.
 SMOOTH = Pace(0.2, 0.5)
-# Where llama.cpp's threads take every core, each message (the wake-ups of the server's
-# event loop and of the browser's threads, each stalling a compute thread at its next
-# barrier) costs the decoding 1–2 % of its rate: twice a second, the panels once.
-SPARING = Pace(0.5, 1.0)
+# Where llama.cpp's threads take every core, each message costs the decoding 1–2 % of its
+# rate: a software-rendered browser spends about 25 ms of CPU on it (its main thread,
+# compositor and raster threads), and each of those threads, like the server's event loop,
+# stalls a compute thread at its next barrier. New text once a second, the panels every 2 s.
+SPARING = Pace(1.0, 2.0)
 KEPT_FEEDS = 64  # feeds of recent answers a page may still connect to
 WAITING_HTML = (
     "⏳ <b>Waiting for your turn</b>: another answer is being generated on the shared "
@@ -93,21 +94,26 @@ connect();
 
 # Gradio 6's status tracker keeps a timer loop of one callback per animation frame running
 # even on an idle page (60 frames a second: about 10 % of a core in a software-rendered
-# browser, all of it taken from the decoding). Its frames are let through twice a second,
-# which its one-decimal timer still reads right; every other caller keeps every frame.
+# browser, all of it taken from the decoding), and each of its frames restyles and lays out
+# the whole page (5-8 ms of the browser's main thread, more in its compositor). The app
+# hides every progress display, so the timer is never read: its frames are let through
+# once every 5 s (twice a second still cost `none` 6 % of its rate in the app,
+# docs/app-cost.md); every other caller keeps every frame.
 # It must run before Gradio's modules take their reference to requestAnimationFrame, so
 # it goes first in the page's <head> (``HeadScript``), not in Gradio's own ``head``.
+TRACKER_FRAME_MS = 5000
 PAGE_SCRIPT = b"""<script>
 (() => {
+  const TRACKER_FRAME_MS = %d;
   const frame = window.requestAnimationFrame.bind(window);
   window.requestAnimationFrame = (callback) => {
     if ((new Error().stack || "").includes("statustracker")) {
-      return setTimeout(() => frame(callback), 500);
+      return setTimeout(() => frame(callback), TRACKER_FRAME_MS);
     }
     return frame(callback);
   };
 })();
-</script>"""
+</script>""" % TRACKER_FRAME_MS
 
 
 class HeadScript:

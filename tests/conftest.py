@@ -23,7 +23,15 @@ REPO = Path(__file__).resolve().parent.parent
 # the models. Any other test that does (a subprocess running the CLI or a server, a pair or
 # model built by hand) says so itself: ``pytestmark = pytest.mark.needs_models`` in its
 # module, or ``@pytest.mark.needs_models`` on the test.
-MODEL_FIXTURES = {"target_path", "draft_path", "smol_path", "pair", "replay_recordings"}
+MODEL_FIXTURES = {
+    "target_path",
+    "draft_path",
+    "smol_path",
+    "pair",
+    "replay_recordings",
+    "default_server",
+    "keyed_server",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -95,3 +103,26 @@ def run_cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = N
         env={**os.environ, **(env or {})},
         cwd=REPO,
     )
+
+
+@pytest.fixture(scope="session")
+def default_server():
+    """``edgespec serve`` with its defaults, started once for the modules that need nothing
+    else of it (the README's examples, the chat endpoints, the client libraries)."""
+    from tests.server_fixtures import serve
+
+    with serve() as server:
+        yield server
+
+
+SERVER_KEY = "test-key-123"
+
+
+@pytest.fixture(scope="session")
+def keyed_server():
+    """``edgespec serve --api-key SERVER_KEY``, started once for the modules that test its
+    errors and its extra endpoints."""
+    from tests.server_fixtures import serve
+
+    with serve(api_key=SERVER_KEY) as server:
+        yield server

@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -331,7 +332,8 @@ def app_url(lm: EdgeSpec) -> Iterator[str]:
 def client(app_url: str) -> Iterator[Client]:
     c = Client(app_url, verbose=False)
     yield c
-    c.close()
+    # Its close waits up to a second for the heartbeat thread, which ends on its own.
+    threading.Thread(target=c.close, daemon=True).start()
 
 
 def ask(client: Client, message: str, **overrides: Any):

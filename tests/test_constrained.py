@@ -106,7 +106,8 @@ def test_answers_with_tools_are_the_targets_own_for_every_drafter(pair):
     required = call_grammar("hermes", {"get_weather": WEATHER[0]["function"]["parameters"]}, parallel=True)
     for grammar in (None, required):
         want = list(pair.stream(tokens, drafter="none", gamma=0, max_tokens=32, grammar=grammar))[-1]
-        for drafter, gamma in (("ngram", 8), ("copy", 12), ("model", 3), ("auto", "auto")):
+        # (The copy drafter under a grammar: test_every_drafter_gives_the_constrained_target_answer.)
+        for drafter, gamma in (("ngram", 8), ("model", 3), ("auto", "auto")):
             got = list(pair.stream(tokens, drafter=drafter, gamma=gamma, max_tokens=32, grammar=grammar))[-1]
             assert got.token_ids == want.token_ids, (drafter, grammar is not None)
     assert want.text.startswith("<tool_call>\n{") and "get_weather" in want.text

@@ -202,11 +202,8 @@ def test_model_shell_example_runs(command: Command) -> None:
 
 
 @pytest.fixture(scope="module")
-def readme_server():
-    from tests.server_fixtures import serve
-
-    with serve() as server:
-        yield server
+def readme_server(default_server):
+    return default_server
 
 
 def on_server(text: str, server) -> str:

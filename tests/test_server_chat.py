@@ -8,7 +8,6 @@ whether the answer is streamed or not.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -18,7 +17,7 @@ from edgespec.decoding.events import Done, Stats, Step
 from edgespec.decoding.request import Request
 from edgespec.server.chunks import Speculation, timings
 from edgespec.server.schemas import Job
-from tests.server_fixtures import Server, cli_reference, serve, sse_events
+from tests.server_fixtures import Server, cli_reference, sse_events
 
 
 def served(test):
@@ -32,9 +31,8 @@ MESSAGES = [{"role": "user", "content": PROMPT}]
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    with serve() as running:
-        yield running
+def server(default_server: Server) -> Server:
+    return default_server
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,12 @@ message round trip) and pydantic-ai (an agent with a tool, structured output).""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from pydantic import BaseModel
 
-from tests.server_fixtures import Server, serve
+from tests.server_fixtures import Server
 
 pytestmark = [pytest.mark.needs_models, pytest.mark.slow]
 
@@ -42,9 +41,8 @@ PERSON_TEXT = "Extract the person: Ana Lima is 34 and lives in Recife."
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    with serve() as running:
-        yield running
+def server(default_server: Server) -> Server:
+    return default_server
 
 
 def test_openai_tools_required_and_auto(server: Server) -> None:

@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
+from conftest import SERVER_KEY
 
-from tests.server_fixtures import REPO, Server, serve
+from tests.server_fixtures import REPO, Server
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_models]  # every test here has the served pair
 
-KEY = "test-key-123"
+KEY = SERVER_KEY
 HELLO = [{"role": "user", "content": "Say hello."}]
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    with serve(api_key=KEY) as running:
-        yield running
+def server(keyed_server: Server) -> Server:
+    return keyed_server
 
 
 def post(server: Server, body: object | bytes, path: str = "/chat/completions", **headers: str):

@@ -6,25 +6,24 @@ from __future__ import annotations
 
 import base64
 import threading
-from collections.abc import Iterator
 
 import httpx
 import numpy as np
 import pytest
+from conftest import SERVER_KEY
 
-from tests.server_fixtures import Server, ask, serve, sse_events
+from tests.server_fixtures import Server, ask, sse_events
 from tests.test_server_metrics import Family, parse_exposition
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_models]  # every test here has the served pair
 
-KEY = "extras-key"
+KEY = SERVER_KEY
 TEXT = "Hello, world! Ünïcödé text, a 🙂, and\ttabs\nand new lines."
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    with serve(api_key=KEY) as running:
-        yield running
+def server(keyed_server: Server) -> Server:
+    return keyed_server
 
 
 def post(server: Server, path: str, body: object) -> httpx.Response:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import os
 import queue
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,6 +205,7 @@ class PromptCache:
         self._writes.put((path, state))
 
     def _write_loop(self) -> None:
+        _lowest_priority()
         while (item := self._writes.get()) is not None:
             path, state = item
             try:
@@ -251,6 +254,20 @@ class PromptCache:
             "misses": self.misses,
             "saved": self.saved,
         }
+
+
+def _lowest_priority() -> None:
+    """The calling thread yields the CPU to every other: a file's checksum and write take
+    a few hundred milliseconds of a core, which on a machine whose cores llama.cpp keeps
+    busy stalled the next request's prefill (a returning conversation's first token came
+    0.28 s later, docs/sessions.md). Files are then written while the models are idle.
+    Linux only: there a thread id names one thread; elsewhere it could name a process."""
+    if sys.platform != "linux":
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except OSError as e:
+        log.debug("could not lower the cache writer's priority: %s", e)
 
 
 def provenance_of(model: Model) -> Provenance:

@@ -102,7 +102,8 @@ connect();
 # It must run before Gradio's modules take their reference to requestAnimationFrame, so
 # it goes first in the page's <head> (``HeadScript``), not in Gradio's own ``head``.
 TRACKER_FRAME_MS = 5000
-PAGE_SCRIPT = b"""<script>
+PAGE_SCRIPT = (
+    b"""<script>
 (() => {
   const TRACKER_FRAME_MS = %d;
   const frame = window.requestAnimationFrame.bind(window);
@@ -113,7 +114,9 @@ PAGE_SCRIPT = b"""<script>
     return frame(callback);
   };
 })();
-</script>""" % TRACKER_FRAME_MS
+</script>"""
+    % TRACKER_FRAME_MS
+)
 
 
 class HeadScript:

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import ctypes
 import random
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +139,28 @@ def test_damaged_state_files_are_refused_with_the_reason(tmp_path, damage, reaso
     with pytest.raises(StateFileError, match=reason):
         header, _ = state_file.read_header(path)
         state_file.read_payload(path, header)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
+def test_the_cache_file_writer_yields_the_cpu_to_every_other_thread(tmp_path):
+    """Its checksums and writes must never take a core from a prefill (docs/sessions.md)."""
+    from edgespec.runtime.prompt_cache import CacheOptions, PromptCache
+
+    cache = PromptCache(CacheOptions(ram_bytes=1 << 20, directory=tmp_path))
+    main_before = _nice(threading.get_native_id())
+    gone = tmp_path / "gone.kvstate"
+    gone.write_bytes(b"x")
+    cache._write_later(gone, None)  # a removal: starts the writer thread
+    deadline = time.monotonic() + 10
+    while gone.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not gone.exists()
+    nice, main_nice = _nice(cache._writer.native_id), _nice(threading.get_native_id())
+    assert nice == 19 and main_nice == main_before  # the writer alone, not the process
+    cache.close()
+
+
+def _nice(thread_id: int | None) -> int:
+    """A thread's nice value, from /proc (field 19 of its stat line)."""
+    stat = Path(f"/proc/self/task/{thread_id}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import fresh
 
 from edgespec.decoding.engine import Engine
-from edgespec.decoding.events import Done
+from edgespec.decoding.events import Done, Step, Token
 from edgespec.decoding.request import GenerationSettings, Request
-from edgespec.runtime.model import LoadOptions, Model
+from edgespec.decoding.turns import PAUSE
+from edgespec.runtime.model import DecodeYielded, LoadOptions, Model
 
 pytestmark = pytest.mark.needs_models
 
@@ -137,3 +139,101 @@ def test_the_draft_model_reads_a_long_prompt_a_batch_per_turn(pair) -> None:
         drafter.prefill(context, 128)
         turns += 1
     assert turns == -(-(len(context) - 1) // 128) and draft.tokens == context[:-1]
+
+
+def raw_turns(pair, answer) -> list[str]:
+    """An unthreaded answer's steps as the engine thread would see them, each named:
+    "token", "step", or "pause:N" (its turn ends, the draft model N tokens in)."""
+    seen: list[str] = []
+    with answer.bound():
+        for item in answer._run():
+            if item is PAUSE:
+                seen.append(f"pause:{len(pair.draft.tokens)}")
+            elif isinstance(item, Token | Step):
+                seen.append(type(item).__name__.lower())
+    return seen
+
+
+def batches(context: int, leave: int) -> list[int]:
+    """The draft model's length after each batch of 128 until ``leave`` tokens are left."""
+    read, lengths = 0, []
+    while context - read > leave:
+        read = min(read + 128, context - 1)
+        lengths.append(read)
+    return lengths
+
+
+def test_the_first_token_ends_its_turn_before_the_draft_model_reads_the_prompt(pair) -> None:
+    """So a new answer's first token reaches its reader after the target's prefill alone."""
+    fresh(pair)
+    request = pair.request("Tell me about the river. " * 30, drafter="model", gamma=3, max_tokens=4)
+    answer = pair.start(request)
+    seen = raw_turns(pair, answer)
+    seen = seen[seen.index("token") :]  # (before it, the target's batches of the prompt)
+    context = len(answer.request.prompt) + 1
+    assert seen[:2] == ["token", "pause:0"]
+    reads = [int(item.split(":")[1]) for item in seen if item.startswith("pause:")]
+    assert reads == [0, *batches(context, leave=1)] and len(reads) > 2
+    assert "step" in seen
+
+
+def test_a_draft_model_chosen_late_catches_up_a_batch_per_turn(pair) -> None:
+    """What lets other answers step while the draft model reads a context it was not
+    reading (``auto`` chooses it after plain steps)."""
+    fresh(pair)
+    request = pair.request("Tell me about the hills. " * 50, drafter="model", gamma=3, max_tokens=4)
+    answer = pair.start(request)
+    answer.policy.prefill_draft = False  # as ``auto``: the draft model is not read ahead
+    seen = raw_turns(pair, answer)
+    seen = seen[seen.index("token") :]
+    context = len(answer.request.prompt) + 1
+    reads = [int(item.split(":")[1]) for item in seen if item.startswith("pause:")]
+    # Batches while more than one is left; the rest is read as it drafts, in the step.
+    assert seen[0] == "token" and reads == batches(context, leave=128) and len(reads) > 1
+    assert seen[1 + len(reads)] == "step"
+
+
+def test_a_prompt_batch_yields_to_an_arrival_and_reads_the_same_again(target: Model) -> None:
+    """A yielding batch stops when another answer arrives, keeping nothing; read again, it
+    gives the state it would have given; a decode with outputs never yields."""
+    arrival = threading.Event()
+    target.yield_to(arrival)
+    tokens = target.tokenize("The lighthouse keeper counted the ships. " * 12)[:128]
+    target.use(0)
+    target.reset()
+    target.decode(tokens[:-1], 0)
+    reference = target.decode(tokens[-1:], 1).copy()
+    target.reset()
+    arrival.set()
+    try:
+        with pytest.raises(DecodeYielded):
+            target.decode(tokens[:-1], 0, yielding=True)
+        assert target.tokens == []
+        target.decode(tokens[:-1], 0)  # not yielding: read whole, the arrival set or not
+        again = target.decode(tokens[-1:], 1, yielding=True)  # outputs: it never yields
+    finally:
+        target.yield_to(threading.Event())
+    assert target.tokens == tokens
+    assert np.array_equal(again, reference)
+
+
+def test_an_answer_whose_batches_yield_reads_each_again_and_answers_the_same(pair) -> None:
+    """Every batch of the prompt yields once (an arrival that stays set), is read again the
+    next turn, and the answer is the one it gives without arrivals."""
+    text = "Tell me about the forest. " * 70
+    fresh(pair)
+    plain = pair.start(pair.request(text, drafter="none", max_tokens=8))
+    expected = raw_turns(pair, plain)
+    expected_text = plain.text.text
+    fresh(pair)
+    arrival = pair.engine.turn.arrival
+    arrival.set()
+    try:
+        answer = pair.start(pair.request(text, drafter="none", max_tokens=8))
+        seen = raw_turns(pair, answer)
+    finally:
+        arrival.clear()
+    batches_read = expected.index("token")  # a pause after each batch but the last
+    assert seen[: 2 * batches_read] == ["pause:0"] * (2 * batches_read) and batches_read >= 2
+    assert seen[2 * batches_read :] == expected[batches_read:]
+    assert answer.text.text == expected_text

@@ -197,7 +197,7 @@ def test_figures_name_the_widest_vector_extension(flags, name):
 
 
 def test_default_context_is_the_trained_one_bounded_by_memory():
-    from edgespec.runtime.model import default_context
+    from edgespec.runtime.context_size import default_context
 
     per_token = 28 * 2 * 256 * 2  # the default target: 28 layers, 2 KV heads of 128, f16
     assert default_context(32768, per_token, memory=24 << 30) == 32768

@@ -84,7 +84,8 @@ def test_the_passes_of_the_answers_running_at_once_are_one_decode():
             assert runner.done.wait(10)
     finally:
         turns.close()
-    assert decode.calls == [[0, 1, 2], [0, 1], [0, 1], [1], [1]]
+    # The one that joined last goes first: a new answer is read before the others step.
+    assert decode.calls == [[2, 1, 0], [1, 0], [1, 0], [1], [1]]
     for runner in runners:
         assert all(isinstance(r, Passed) and (r.logits == runner.sequence).all() for r in runner.results)
         assert runner.threads == {"edgespec-engine"}
@@ -93,6 +94,25 @@ def test_the_passes_of_the_answers_running_at_once_are_one_decode():
     # A decode's seconds are shared by tokens: the 4-token pass got 4/6 of the first one.
     first = [runner.results[0].seconds for runner in runners]  # type: ignore[union-attr]
     assert first[2] == pytest.approx(4 * first[0]) and first[0] == pytest.approx(first[1])
+
+
+def test_an_answer_that_joins_goes_first_in_the_next_round():
+    """What gets a short question's prompt read, and its first token sent, before the
+    other answers' next batches of a long prompt."""
+    decode = Recorder()
+    turns = Turns(threaded=True, decode_passes=decode)
+    running = Scripted(0, 1000)
+    joining = Scripted(1, 3)
+    try:
+        turns.join(running)
+        while len(decode.calls) < 3:
+            time.sleep(0.001)
+        turns.join(joining)
+        assert joining.done.wait(10)
+    finally:
+        turns.close()
+    shared = [call for call in decode.calls if 1 in call]
+    assert shared == [[1, 0]] * 3
 
 
 def test_a_failed_decode_ends_the_answers_in_it_and_no_other():

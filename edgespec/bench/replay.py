@@ -258,7 +258,8 @@ class ReplayedModel:
         self.keep(common)
         return common
 
-    def decode(self, tokens: list[int], n_outputs: int = 1) -> np.ndarray:
+    def decode(self, tokens: list[int], n_outputs: int = 1, *, yielding: bool = False) -> np.ndarray:
+        # (``yielding`` changes nothing: a replay is one answer, none arrives beside it)
         if not tokens or not 0 <= n_outputs <= min(len(tokens), self.options.max_outputs):
             raise ValueError(f"decode of {len(tokens)} tokens with {n_outputs} outputs")
         self._clock.now += self._seconds(len(tokens)) + self._python_s

@@ -23,7 +23,8 @@ from edgespec.models.gguf import kv_bytes_per_token
 from edgespec.models.resolve import resolve
 from edgespec.progress import byte_bar
 from edgespec.runtime import system
-from edgespec.runtime.model import LoadOptions, Model, amx_guard_needed, default_context
+from edgespec.runtime.context_size import default_context
+from edgespec.runtime.model import LoadOptions, Model, amx_guard_needed
 
 PROMPT = "def fibonacci(n):\n"
 N_TOKENS = 20

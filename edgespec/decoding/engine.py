@@ -50,6 +50,9 @@ class Engine:
         # engine thread where several threads read answers, their passes in one decode.
         self.slots = Slots(target.n_seq, target.sequence_tokens)
         self.turn = Turns(threaded, target.decode_passes, clock)
+        for model in (target, draft):
+            if model is not None:
+                model.yield_to(self.turn.arrival)
 
     def _boundaries(self, tokens: list[int]) -> list[int]:
         """For each token: does it end a sentence or a line, and does it break the line?

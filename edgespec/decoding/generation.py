@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from edgespec.decoding.request import Request, prediction_tokens_used
 from edgespec.decoding.sampling import probabilities, sample
 from edgespec.decoding.textstream import TextStream
 from edgespec.decoding.turns import PAUSE, Pass, Passed, Pause, Turns, driven
-from edgespec.runtime.model import DecodeAborted, Model
+from edgespec.runtime.model import DecodeAborted, DecodeYielded, Model
 
 Scores = list[tuple[float, tuple[tuple[int, float], ...]]]
 
@@ -201,11 +202,8 @@ class Generation:
             # The same batches one decode of the whole rest would make, so the numbers
             # are the same; other answers step between them.
             while len(rest) > target.prefill_chunk:
-                target.decode(rest[: target.prefill_chunk], 0)
+                yield from self._read(partial(target.decode, rest[: target.prefill_chunk], 0))
                 rest = rest[target.prefill_chunk :]
-                yield PAUSE
-                if self.live.stopped:
-                    raise DecodeAborted()
             logits = target.decode(rest, 1)
         except DecodeAborted:
             self.stop_reason = "cancelled"
@@ -222,23 +220,43 @@ class Generation:
             self.stats.ttft_s = self.pair.clock() - started
             yield token
         if not self.stop_reason and self.policy.prefill_draft:
+            # The turn ends with the first token, so it reaches the reader before the
+            # draft model reads the prompt.
+            yield PAUSE
             yield from self._prefill_drafters()
 
     def _prefill_drafters(self) -> Iterator[Pause]:
-        """The drafters read the prompt ahead of the first draft, a batch per turn: the
-        draft model reads a long prompt in many batches, and other answers step between."""
-        most = self.pair.draft.prefill_chunk if self.pair.draft is not None else None
+        """The drafters read the prompt ahead of the first draft, a batch per turn."""
         try:
             for drafter in self.drafters.values():
-                while True:
-                    self.stats.prefill_s += drafter.prefill(self.committed, most)
-                    if drafter.catch_up_tokens(self.committed) <= 1:
-                        break
-                    yield PAUSE
-                    if self.live.stopped:
-                        raise DecodeAborted()
+                yield from self._read_ahead(drafter, leave=1)
         except DecodeAborted:
             self.stop_reason = "cancelled"
+
+    def _read_ahead(self, drafter: Drafter, leave: int) -> Iterator[Pause]:
+        """``drafter`` reads the context a batch per turn until at most ``leave`` tokens of
+        it are left unread: the draft model reads a long context in many batches, and
+        other answers step between them."""
+        most = self.pair.draft.prefill_chunk if self.pair.draft is not None else None
+        while drafter.catch_up_tokens(self.committed) > leave:
+            started = self.pair.clock()
+            yield from self._read(partial(drafter.prefill, self.committed, most))
+            self.stats.prefill_s += self.pair.clock() - started
+
+    def _read(self, decode: Callable[..., object]) -> Iterator[Pause]:
+        """One batch of a prompt (``decode``), then the turn ends. An answer that arrives
+        meanwhile stops the batch (``DecodeYielded``): the turn ends at once, the newcomer
+        goes first, and the batch is read again next turn, not stopped a second time."""
+        try:
+            decode(yielding=True)
+        except DecodeYielded:
+            yield PAUSE
+            if self.live.stopped:
+                raise DecodeAborted() from None
+            decode(yielding=False)
+        yield PAUSE
+        if self.live.stopped:
+            raise DecodeAborted()
 
     def _begin_drafters(self) -> None:
         setup = AnswerSetup(
@@ -263,7 +281,7 @@ class Generation:
 
     # -- the steps --------------------------------------------------------------------------
 
-    def _step(self) -> Iterator[Event | Pass]:
+    def _step(self) -> Iterator[Event | Pause | Pass]:
         if self.live.stopped:
             self.stop_reason = "cancelled"
             return
@@ -286,6 +304,11 @@ class Generation:
         )
         plan = self.policy.plan(view)
         try:
+            if plan.gamma > 0 and plan.drafter in self.drafters and self.pair.draft is not None:
+                # A drafter that has fallen behind by more than a batch (chosen after plain
+                # steps) catches up a batch per turn; what is left it reads as it drafts.
+                yield from self._read_ahead(self.drafters[plan.drafter], self.pair.draft.prefill_chunk)
+                step_started = pair.clock()
             draft = self._draft(plan, proposals)
             tokens, sources, step, scores = yield from self._verify(plan, draft)
         except DecodeAborted:

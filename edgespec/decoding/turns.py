@@ -8,6 +8,10 @@ are one ``llama_decode`` over their sequences: a pass over 4 tokens costs this C
 turn. Each answer's events go to a queue of its own, which the thread reading the answer
 drains. Other calls (measuring costs, an embedding) run between rounds, in the order asked.
 
+An answer that joins goes first in the next round, and the batch of a prompt being read
+when it joins stops (``arrival``, ``Model.yield_to``) and is read again after it: a short
+question's first token waits for its own prompt, not another's batch (about 1.5 s here).
+
 Why one thread: llama.cpp's CPU backend (OpenMP) keeps a team of compute threads per
 calling thread, and decodes called from several threads in turn run 20–30 % slower on a
 2-core machine than the same decodes from one (docs/sessions.md).
@@ -92,6 +96,9 @@ class Turns:
         self._runners: list[Runner] = []
         self._results: dict[int, Passed | BaseException] = {}  # by id(runner), for its next advance
         self._closed = False
+        # Set while an answer that joined waits for its first round: the prompt batch
+        # decoding then stops (``Model.yield_to``) and is read again after the newcomer's.
+        self.arrival = threading.Event()
         # What a pass of k tokens costs alone (the pair's cost curve, once known): a shared
         # decode's seconds are split by it, so each answer is charged what its pass would
         # cost alone, scaled to the decode; by tokens until then.
@@ -130,7 +137,10 @@ class Turns:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the engine is closed")
-            self._runners.append(runner)
+            # First in the next round: a new answer's prompt is read, and its first token
+            # sent, before the other answers' batches and steps of that round.
+            self._runners.insert(0, runner)
+            self.arrival.set()
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -150,6 +160,7 @@ class Turns:
                     return
                 calls, self._calls = self._calls, deque()
                 runners = list(self._runners)
+                self.arrival.clear()
             for call, future in calls:
                 _settle(future, call)
             if runners:

@@ -31,8 +31,8 @@ import numpy as np
 from edgespec import crashguard
 from edgespec.errors import EdgespecError
 from edgespec.models.gguf import kv_bytes_per_token, read_info
-from edgespec.models.recommend import total_memory_bytes
 from edgespec.runtime import system
+from edgespec.runtime.context_size import default_context
 from edgespec.runtime.tokens import common_prefix
 
 
@@ -184,7 +184,10 @@ class Model:
         # The cancel token of the answer decoding on this model now (see ``listen``): a
         # long decode stops when that answer is stopped, and no other answer's stop reaches it.
         self._cancel = threading.Event()
-        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        # Set when another answer arrives (``yield_to``): a yielding prompt batch stops.
+        self._arrival = threading.Event()
+        self._yielding = False
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._should_stop())
         self._abort_armed = False
 
     # -- loading ------------------------------------------------------------------------
@@ -329,9 +332,11 @@ class Model:
 
     # -- decoding -----------------------------------------------------------------------
 
-    def decode(self, tokens: list[int], n_outputs: int = 1) -> np.ndarray:
+    def decode(self, tokens: list[int], n_outputs: int = 1, *, yielding: bool = False) -> np.ndarray:
         """Append ``tokens`` to the sequence and return logits for its last ``n_outputs``
         positions as a (n_outputs, n_vocab) float32 view into llama.cpp's buffer.
+        ``yielding`` (a batch of a prompt, no outputs): it stops, ``DecodeYielded``, with
+        nothing appended, once another answer arrives (``yield_to``).
 
         The view is valid until the next decode; copy what must outlive it."""
         if not tokens:
@@ -341,9 +346,13 @@ class Model:
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise EdgespecError(f"context full: {len(self.tokens) + len(tokens)} tokens > n_ctx {self.n_ctx}")
         first_output = len(tokens) - n_outputs
-        for start in range(0, len(tokens), self._batch_capacity):
-            chunk = tokens[start : start + self._batch_capacity]
-            self._submit(chunk, first_output - start)
+        self._yielding = yielding and n_outputs == 0 and len(tokens) <= self._batch_capacity
+        try:
+            for start in range(0, len(tokens), self._batch_capacity):
+                chunk = tokens[start : start + self._batch_capacity]
+                self._submit(chunk, first_output - start)
+        finally:
+            self._yielding = False
         if n_outputs == 0:
             # Reading logits waits for the backend; nothing is read here, and a GPU backend
             # returns while its work is still queued. That work would then be billed to the
@@ -372,7 +381,7 @@ class Model:
         if status != 0:
             self._recover_after_failed_decode()
             if status == 2:
-                raise DecodeAborted()
+                raise DecodeAborted() if self._cancel.is_set() else DecodeYielded()
             raise EdgespecError(f"llama.cpp decode failed (status {status}): {_last_log_error()}")
         self.tokens.extend(chunk)
 
@@ -433,6 +442,15 @@ class Model:
             callback = self._abort_cb if armed else llama_cpp.ggml_abort_callback(0)
             llama_cpp.llama_set_abort_callback(self._ctx, callback, ctypes.c_void_p(0))
             self._abort_armed = armed
+
+    def _should_stop(self) -> bool:
+        return self._cancel.is_set() or (self._yielding and self._arrival.is_set())
+
+    def yield_to(self, arrival: threading.Event) -> None:
+        """Yielding decodes stop once ``arrival`` is set: the engine sets it when an
+        answer joins, so a new answer's prompt is read without waiting out another's
+        batch."""
+        self._arrival = arrival
 
     def listen(self, cancel: threading.Event | None) -> None:
         """Decodes from now on stop (``DecodeAborted``) once ``cancel`` is set: the token
@@ -550,12 +568,6 @@ class Model:
         return common
 
 
-# The KV cache of one model may take this share of the machine's memory by default (a
-# pair: twice that), so a default context never pushes the weights out of memory.
-KV_MEMORY_SHARE = 1 / 8
-FALLBACK_CONTEXT = 4096  # for a model that does not say what it was trained for
-
-
 def free_context(batch, ctx) -> None:
     """Free a llama.cpp batch and context (either may be None: already freed)."""
     if batch is not None:
@@ -564,19 +576,13 @@ def free_context(batch, ctx) -> None:
         llama_cpp.llama_free(ctx)
 
 
-def default_context(n_ctx_train: int, kv_per_token: int, memory: int | None = None) -> int:
-    """The trained context, bounded by ``KV_MEMORY_SHARE`` of ``memory`` (this machine's,
-    by default), in whole 256-token blocks and never under 2,048."""
-    trained = n_ctx_train if n_ctx_train > 0 else FALLBACK_CONTEXT
-    memory = total_memory_bytes() if memory is None else memory
-    if memory <= 0 or kv_per_token <= 0:
-        return trained
-    fits = int(memory * KV_MEMORY_SHARE // kv_per_token) // 256 * 256
-    return min(trained, max(fits, 2048))
-
-
 class DecodeAborted(Exception):
     """A decode stopped because the answer it decoded for was stopped (``Model.listen``)."""
+
+
+class DecodeYielded(Exception):
+    """A yielding decode (a batch of a prompt) stopped, nothing of it kept, because
+    another answer arrived (``Model.yield_to``); decoded again, it gives the same state."""
 
 
 def _last_log_error() -> str:

@@ -120,9 +120,10 @@ class Drafter(Protocol):
         """Context tokens ``propose`` would decode before its first draft token."""
         ...
 
-    def prefill(self, context: list[int], most: int | None = None) -> float:
+    def prefill(self, context: list[int], most: int | None = None, *, yielding: bool = False) -> float:
         """Read ``context`` ahead of the first draft (at most ``most`` tokens of it this
-        call: ``catch_up_tokens`` says what is left); seconds spent."""
+        call: ``catch_up_tokens`` says what is left); seconds spent. ``yielding``: the
+        read stops (``DecodeYielded``) when another answer arrives."""
         ...
 
 
@@ -145,7 +146,7 @@ class LookupDrafter:
     def catch_up_tokens(self, context: list[int]) -> int:
         return 0  # a lookup reads the context as it is
 
-    def prefill(self, context: list[int], most: int | None = None) -> float:
+    def prefill(self, context: list[int], most: int | None = None, *, yielding: bool = False) -> float:
         return 0.0
 
     def proposal(self, context: list[int], max_tokens: int) -> Proposal:

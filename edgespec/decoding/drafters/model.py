@@ -50,15 +50,15 @@ class ModelDrafter:
     def proposal(self, context: list[int], max_tokens: int) -> Proposal:
         return Proposal(self.name)  # a draft costs model calls: it is drafted only when chosen
 
-    def prefill(self, context: list[int], most: int | None = None) -> float:
+    def prefill(self, context: list[int], most: int | None = None, *, yielding: bool = False) -> float:
         """Bring the draft's cache up to ``context`` (all but its last token), by at most
-        ``most`` tokens; seconds."""
+        ``most`` tokens; seconds. ``yielding``: as ``Model.decode``'s."""
         start = self.clock()
         self.model.listen(self.cancel)
         reused = self._sync(context)
         end = len(context) - 1 if most is None else min(len(context) - 1, reused + most)
         if end > reused:
-            self.model.decode(context[reused:end], n_outputs=0)
+            self.model.decode(context[reused:end], n_outputs=0, yielding=yielding)
         return self.clock() - start
 
     def _sync(self, context: list[int]) -> int:

@@ -34,8 +34,8 @@ from edgespec.decoding.events import Done, Step
 from edgespec.errors import EdgespecError
 from edgespec.models.gguf import kv_bytes_per_token
 from edgespec.runtime.chat_template import render
-from edgespec.runtime.model import Model, default_threads
-from edgespec.runtime.system import cpu_flags, cpu_model, widest_isa
+from edgespec.runtime.model import Model
+from edgespec.runtime.system import cpu_flags, cpu_model, default_threads, widest_isa
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ import llama_cpp
 import numpy as np
 
 from edgespec.errors import EdgespecError, RequestError
-from edgespec.runtime.model import LoadOptions, Model, default_threads, free_context
+from edgespec.runtime.model import LoadOptions, Model, free_context
+from edgespec.runtime.system import default_threads
 
 # Tokens decoded per llama.cpp call for a causal model: the logits of a call's every token
 # are computed and kept (see above), 40 MB at this size for a 152 k vocabulary.

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
+import math
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -93,17 +94,6 @@ def init_backend(verbose: bool = False) -> None:
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _backend_ready = True
-
-
-def gpu_offload_available() -> bool:
-    return bool(llama_cpp.llama_supports_gpu_offload())
-
-
-def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS has no sched_getaffinity
-        return max(1, os.cpu_count() or 1)
 
 
 # --- options ---------------------------------------------------------------------------
@@ -186,7 +176,8 @@ class Model:
         self._cancel = threading.Event()
         # Set when another answer arrives (``yield_to``): a yielding prompt batch stops.
         self._arrival = threading.Event()
-        self._yielding = False
+        self._yield_until = 0.0  # (perf_counter) when the batch being read stops yielding
+        self._read_s = 0.0  # seconds a token of the last batch read whole took (0: none yet)
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._should_stop())
         self._abort_armed = False
 
@@ -196,7 +187,7 @@ class Model:
         opts = self.options
         mparams = llama_cpp.llama_model_default_params()
         if opts.n_gpu_layers < 0:
-            mparams.n_gpu_layers = -1 if gpu_offload_available() else 0
+            mparams.n_gpu_layers = -1 if system.gpu_offload_available() else 0
         else:
             mparams.n_gpu_layers = opts.n_gpu_layers
         if mparams.n_gpu_layers == 0:
@@ -236,7 +227,7 @@ class Model:
         self._outputs_capacity = cparams.n_batch if n_seq > 1 else opts.max_outputs
         cparams.n_outputs_max = self._outputs_capacity
         cparams.n_outputs_max_per_seq = opts.max_outputs
-        threads = opts.n_threads or default_threads()
+        threads = opts.n_threads or system.default_threads()
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
@@ -336,7 +327,7 @@ class Model:
         """Append ``tokens`` to the sequence and return logits for its last ``n_outputs``
         positions as a (n_outputs, n_vocab) float32 view into llama.cpp's buffer.
         ``yielding`` (a batch of a prompt, no outputs): it stops, ``DecodeYielded``, with
-        nothing appended, once another answer arrives (``yield_to``).
+        nothing appended, when another answer arrives in its first half (``yield_to``).
 
         The view is valid until the next decode; copy what must outlive it."""
         if not tokens:
@@ -345,14 +336,12 @@ class Model:
             raise ValueError(f"n_outputs={n_outputs} outside 0..{min(len(tokens), self.options.max_outputs)}")
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise EdgespecError(f"context full: {len(self.tokens) + len(tokens)} tokens > n_ctx {self.n_ctx}")
+        if yielding and n_outputs == 0 and len(tokens) <= self._batch_capacity:
+            return self._read_yielding(tokens)
         first_output = len(tokens) - n_outputs
-        self._yielding = yielding and n_outputs == 0 and len(tokens) <= self._batch_capacity
-        try:
-            for start in range(0, len(tokens), self._batch_capacity):
-                chunk = tokens[start : start + self._batch_capacity]
-                self._submit(chunk, first_output - start)
-        finally:
-            self._yielding = False
+        for start in range(0, len(tokens), self._batch_capacity):
+            chunk = tokens[start : start + self._batch_capacity]
+            self._submit(chunk, first_output - start)
         if n_outputs == 0:
             # Reading logits waits for the backend; nothing is read here, and a GPU backend
             # returns while its work is still queued. That work would then be billed to the
@@ -362,6 +351,20 @@ class Model:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
+
+    def _read_yielding(self, tokens: list[int]) -> np.ndarray:
+        """A batch of a prompt that stops if another answer arrives in its first half (by
+        the last such batch's pace): the newcomer waits at most half a batch, and this
+        reader loses at most half of one."""
+        started = time.perf_counter()
+        self._yield_until = started + 0.5 * self._read_s * len(tokens) if self._read_s else math.inf
+        try:
+            self._submit(tokens, len(tokens))
+            llama_cpp.llama_synchronize(self._ctx)
+        finally:
+            self._yield_until = 0.0
+        self._read_s = (time.perf_counter() - started) / len(tokens)
+        return np.empty((0, self.n_vocab), dtype=np.float32)
 
     def _submit(self, chunk: list[int], first_output: int) -> None:
         batch = self._batch
@@ -444,7 +447,7 @@ class Model:
             self._abort_armed = armed
 
     def _should_stop(self) -> bool:
-        return self._cancel.is_set() or (self._yielding and self._arrival.is_set())
+        return self._cancel.is_set() or (self._arrival.is_set() and time.perf_counter() < self._yield_until)
 
     def yield_to(self, arrival: threading.Event) -> None:
         """Yielding decodes stop once ``arrival`` is set: the engine sets it when an

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import re
 import sys
@@ -193,3 +194,14 @@ def facts() -> dict[str, object]:
         "gpu_offload": gpu_offload(),
         "backends": backends(info),
     }
+
+
+def gpu_offload_available() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS has no sched_getaffinity
+        return max(1, os.cpu_count() or 1)

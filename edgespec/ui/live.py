@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from edgespec.runtime.model import default_threads
+from edgespec.runtime.system import default_threads
 from edgespec.ui.answer import AnswerRun
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.text import live_stats_html, provenance_legend, provenance_pieces

@@ -9,8 +9,7 @@ turn. Each answer's events go to a queue of its own, which the thread reading th
 drains. Other calls (measuring costs, an embedding) run between rounds, in the order asked.
 
 An answer that joins goes first in the next round, and the batch of a prompt being read
-when it joins stops, if in its first half (``arrival``, ``Model.yield_to``), and is read
-again after it: a short
+when it joins stops (``arrival``, ``Model.yield_to``) and is read again after it: a short
 question's first token waits for its own prompt, not another's batch (about 1.5 s here).
 
 Why one thread: llama.cpp's CPU backend (OpenMP) keeps a team of compute threads per

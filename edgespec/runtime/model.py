@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -176,8 +174,7 @@ class Model:
         self._cancel = threading.Event()
         # Set when another answer arrives (``yield_to``): a yielding prompt batch stops.
         self._arrival = threading.Event()
-        self._yield_until = 0.0  # (perf_counter) when the batch being read stops yielding
-        self._read_s = 0.0  # seconds a token of the last batch read whole took (0: none yet)
+        self._yielding = False
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._should_stop())
         self._abort_armed = False
 
@@ -327,7 +324,7 @@ class Model:
         """Append ``tokens`` to the sequence and return logits for its last ``n_outputs``
         positions as a (n_outputs, n_vocab) float32 view into llama.cpp's buffer.
         ``yielding`` (a batch of a prompt, no outputs): it stops, ``DecodeYielded``, with
-        nothing appended, when another answer arrives in its first half (``yield_to``).
+        nothing appended, when another answer arrives meanwhile (``yield_to``).
 
         The view is valid until the next decode; copy what must outlive it."""
         if not tokens:
@@ -353,17 +350,15 @@ class Model:
         return np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
 
     def _read_yielding(self, tokens: list[int]) -> np.ndarray:
-        """A batch of a prompt that stops if another answer arrives in its first half (by
-        the last such batch's pace): the newcomer waits at most half a batch, and this
-        reader loses at most half of one."""
-        started = time.perf_counter()
-        self._yield_until = started + 0.5 * self._read_s * len(tokens) if self._read_s else math.inf
+        """A batch of a prompt that stops if another answer arrives meanwhile. Whatever
+        part of it was decoded is lost, a few percent of a long prompt's reading, against
+        up to a whole batch (1.5 s here) added to a short question's first token."""
+        self._yielding = True
         try:
             self._submit(tokens, len(tokens))
             llama_cpp.llama_synchronize(self._ctx)
         finally:
-            self._yield_until = 0.0
-        self._read_s = (time.perf_counter() - started) / len(tokens)
+            self._yielding = False
         return np.empty((0, self.n_vocab), dtype=np.float32)
 
     def _submit(self, chunk: list[int], first_output: int) -> None:
@@ -447,7 +442,7 @@ class Model:
             self._abort_armed = armed
 
     def _should_stop(self) -> bool:
-        return self._cancel.is_set() or (self._arrival.is_set() and time.perf_counter() < self._yield_until)
+        return self._cancel.is_set() or (self._yielding and self._arrival.is_set())
 
     def yield_to(self, arrival: threading.Event) -> None:
         """Yielding decodes stop once ``arrival`` is set: the engine sets it when an

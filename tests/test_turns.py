@@ -115,6 +115,31 @@ def test_an_answer_that_joins_goes_first_in_the_next_round():
     assert shared == [[1, 0]] * 3
 
 
+def test_a_joining_answer_is_announced_until_its_round_begins():
+    """``arrival``: what stops a prompt batch being read (``Model.yield_to``)."""
+    decode = Recorder()
+    turns = Turns(threaded=True, decode_passes=decode)
+    inside, blocker = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        inside.set()
+        blocker.wait()
+
+    held = threading.Thread(target=turns.run, args=(hold,))
+    held.start()
+    runner = Scripted(0, 2)
+    try:
+        assert inside.wait(10)  # the engine thread is in the call, between rounds
+        turns.join(runner)
+        assert turns.arrival.is_set()  # the engine is busy: the round has not begun
+        blocker.set()
+        assert runner.done.wait(10)
+        assert not turns.arrival.is_set()
+    finally:
+        blocker.set()
+        turns.close()
+
+
 def test_a_failed_decode_ends_the_answers_in_it_and_no_other():
     decode = Recorder(fail_when=1)
     turns = Turns(threaded=True, decode_passes=decode)

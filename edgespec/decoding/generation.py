@@ -239,24 +239,29 @@ class Generation:
         other answers step between them."""
         most = self.pair.draft.prefill_chunk if self.pair.draft is not None else None
         while drafter.catch_up_tokens(self.committed) > leave:
-            started = self.pair.clock()
-            yield from self._read(partial(drafter.prefill, self.committed, most))
-            self.stats.prefill_s += self.pair.clock() - started
+            self.stats.prefill_s += yield from self._read(partial(drafter.prefill, self.committed, most))
 
-    def _read(self, decode: Callable[..., object]) -> Iterator[Pause]:
-        """One batch of a prompt (``decode``), then the turn ends. An answer that arrives
-        meanwhile stops the batch (``DecodeYielded``): the turn ends at once, the newcomer
-        goes first, and the batch is read again next turn, not stopped a second time."""
+    def _read(self, decode: Callable[..., object]) -> Generator[Pause, None, float]:
+        """One batch of a prompt (``decode``), then the turn ends; the seconds it took
+        (not the other answers' turns). An answer that arrives meanwhile stops the batch
+        (``DecodeYielded``): the turn ends at once, the newcomer goes first, and the batch
+        is read again next turn, not stopped a second time."""
+        clock = self.pair.clock
+        started = clock()
         try:
             decode(yielding=True)
         except DecodeYielded:
+            spent = clock() - started
             yield PAUSE
             if self.live.stopped:
                 raise DecodeAborted() from None
+            started = clock() - spent
             decode(yielding=False)
+        spent = clock() - started
         yield PAUSE
         if self.live.stopped:
             raise DecodeAborted()
+        return spent
 
     def _begin_drafters(self) -> None:
         setup = AnswerSetup(

@@ -250,14 +250,15 @@ class Generation:
         started = clock()
         try:
             decode(yielding=True)
-        except DecodeYielded:
             spent = clock() - started
+        except DecodeYielded:
+            spent = clock() - started  # (lost, but this answer's own work)
             yield PAUSE
             if self.live.stopped:
                 raise DecodeAborted() from None
-            started = clock() - spent
+            started = clock()
             decode(yielding=False)
-        spent = clock() - started
+            spent += clock() - started
         yield PAUSE
         if self.live.stopped:
             raise DecodeAborted()

@@ -2,12 +2,14 @@
 gets its own rows (what it gives decoded alone, up to the kernels' rounding) and only its
 own sequence grows; a pass that does not fit is refused before anything is decoded; and
 answers running at once on a threaded engine share their passes and still answer as they
-do alone; and the draft model reads a new answer's prompt a batch per turn."""
+do alone, their draft model's steps batched too; and the draft model reads a new
+answer's prompt a batch per turn."""
 
 from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ from conftest import fresh
 
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done, Step, Token
+from edgespec.decoding.policy import FixedPolicy
 from edgespec.decoding.request import GenerationSettings, Request
 from edgespec.decoding.turns import PAUSE
 from edgespec.runtime.model import DecodeYielded, LoadOptions, Model
@@ -83,35 +86,94 @@ def test_answers_at_once_share_their_passes_and_answer_as_they_do_alone(target: 
     requests = [Request(tuple(target.tokenize(text)), settings) for text in PROMPTS]
     try:
         alone = [answer(engine, request, seq) for seq, request in enumerate(requests)]
-        for seq in range(len(PROMPTS)):
-            target.use(seq)
-            target.reset()
-        together: list[Done | None] = [None] * len(requests)
-
-        def run(seq: int) -> None:
-            together[seq] = answer(engine, requests[seq], seq)
-
-        # The engine is held until all three have joined, whatever this machine's load.
-        blocker = threading.Event()
-        held = threading.Thread(target=engine.turn.run, args=(blocker.wait,))
-        held.start()
-        threads = [threading.Thread(target=run, args=(seq,)) for seq in range(len(requests))]
-        for thread in threads:
-            thread.start()
-        while engine.turn.running < len(threads):
-            time.sleep(0.01)
-        blocker.set()
-        for thread in [held, *threads]:
-            thread.join(120)
+        together = at_once(engine, requests)
     finally:
         engine.turn.close()
-    assert [done.text for done in together] == [done.text for done in alone]  # type: ignore[union-attr]
+    assert [done.text for done in together] == [done.text for done in alone]
     assert all(done.stats.shared_passes == 0 for done in alone)
-    assert sum(done.stats.shared_passes for done in together) > 0  # type: ignore[union-attr]
+    assert sum(done.stats.shared_passes for done in together) > 0
 
 
-def answer(engine: Engine, request: Request, seq: int) -> Done:
-    generation = engine.start(request)
+@pytest.fixture(scope="module")
+def draft(draft_path: Path) -> Model:
+    model = Model(draft_path, LoadOptions(n_ctx=256, n_seq=3, max_outputs=9))
+    yield model
+    model.close()
+
+
+def test_a_draft_model_step_of_several_sequences_gives_each_its_last_row(draft: Model) -> None:
+    prompts = prefill(draft)
+    more = (" Wednesday", " a", " 7, 8")
+    passes = [(seq, draft.tokenize(text, add_special=False)) for seq, text in enumerate(more)]
+    alone = []
+    for seq, tokens in passes:
+        draft.use(seq)
+        alone.append(draft.decode(tokens, 1).copy())
+        draft.keep(len(prompts[seq]))
+    shared = draft.decode_passes(passes, last=True)
+    for (seq, tokens), row, reference in zip(passes, shared, alone, strict=True):
+        assert row.shape == (1, draft.n_vocab) and row.argmax() == reference.argmax()
+        assert np.abs(row - reference).max() < 2.0
+        assert draft.sequence_tokens(seq) == prompts[seq] + tokens
+
+
+def test_answers_drafting_at_once_share_the_draft_models_steps(target: Model, draft: Model) -> None:
+    """Their draft model's decodes are batched across the answers, and each answer is still
+    the target's own (greedy: the text it gives alone)."""
+    engine = Engine(target, draft, threaded=True)
+    steps: list[int] = []
+    decode_drafts = engine.turn._decode_drafts
+    engine.turn._decode_drafts = lambda passes: steps.append(len(passes)) or decode_drafts(passes)
+    # (The first prompt has a near-tie, ", and Saturday" or ", Saturday, and", that passes
+    # of other shapes part, with the draft model's steps batched or not.)
+    texts = PROMPTS[1:]
+    requests = [Request(tuple(target.tokenize(text)), GenerationSettings(max_tokens=12)) for text in texts]
+    policy = partial(FixedPolicy, "model", 3)
+    try:
+        empty(engine, len(requests))
+        alone = [answer(engine, request, seq, policy()) for seq, request in enumerate(requests)]
+        assert set(steps) == {1}
+        together = at_once(engine, requests, policy)
+    finally:
+        engine.turn.close()
+    assert [done.text for done in together] == [done.text for done in alone]
+    assert max(steps) == len(requests)
+    assert sum(done.stats.drafted for done in together) > 0
+
+
+def at_once(engine: Engine, requests: list[Request], policy=None) -> list[Done]:
+    """The answers to ``requests`` run at once (sequence i each), from empty caches; the
+    engine is held until all have joined, whatever this machine's load."""
+    empty(engine, len(requests))
+    together: list[Done | None] = [None] * len(requests)
+
+    def run(seq: int) -> None:
+        together[seq] = answer(engine, requests[seq], seq, policy() if policy else None)
+
+    blocker = threading.Event()
+    held = threading.Thread(target=engine.turn.run, args=(blocker.wait,))
+    held.start()
+    threads = [threading.Thread(target=run, args=(seq,)) for seq in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    while engine.turn.running < len(threads):
+        time.sleep(0.01)
+    blocker.set()
+    for thread in [held, *threads]:
+        thread.join(120)
+    assert all(done is not None for done in together)
+    return together  # type: ignore[return-value]
+
+
+def empty(engine: Engine, sequences: int) -> None:
+    for model in (engine.target, engine.draft):
+        for seq in range(sequences if model is not None else 0):
+            model.use(seq)
+            model.reset()
+
+
+def answer(engine: Engine, request: Request, seq: int, policy=None) -> Done:
+    generation = engine.start(request, policy)
     generation.sequence = seq
     done = [event for event in generation.events() if isinstance(event, Done)]
     return done[0]

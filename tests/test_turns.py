@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from edgespec.decoding.turns import Pass, Passed, Turns
+from edgespec.decoding.turns import DraftPass, Pass, Passed, Turns
 
 
 class Scripted:
@@ -193,3 +193,59 @@ def test_a_shared_decode_is_charged_by_what_each_pass_would_cost_alone():
         turns.close()
     shares = [runner.results[0].seconds for runner in (one, five)]  # type: ignore[union-attr]
     assert shares[1] == pytest.approx(2 * shares[0])
+
+
+class Drafting(Scripted):
+    """An answer whose every step drafts: ``drafts`` draft-model decodes, then its pass."""
+
+    def __init__(self, sequence: int, passes: int, drafts: int):
+        super().__init__(sequence, passes)
+        self.drafts = drafts
+        self.drafted = 0
+
+    def advance(self, result: Passed | BaseException | None) -> Pass | DraftPass | None:
+        if result is not None:
+            self.results.append(result)
+        if self.left == 0:
+            self.finished = True
+            self.done.set()
+            return None
+        if self.drafted < self.drafts:
+            self.drafted += 1
+            return DraftPass([self.sequence])
+        self.drafted = 0
+        self.left -= 1
+        return Pass([self.sequence] * 2)
+
+
+def test_the_answers_draft_model_decodes_are_batched_before_their_passes():
+    """Within a round each answer drafts (its draft model's decodes shared with the others
+    still drafting), then all the round's target passes are one decode."""
+    log: list[tuple[str, list[int]]] = []
+
+    def recorder(kind: str):
+        def decode(passes: list[tuple[int, list[int]]]) -> list[np.ndarray]:
+            log.append((kind, [seq for seq, _ in passes]))
+            rows = 1 if kind == "draft" else 2
+            return [np.full((rows, 3), seq, dtype=np.float32) for seq, _ in passes]
+
+        return decode
+
+    turns = Turns(threaded=True, decode_passes=recorder("target"), decode_drafts=recorder("draft"))
+    blocker = threading.Event()
+    held = threading.Thread(target=turns.run, args=(blocker.wait,))
+    held.start()
+    short, long, plain = Drafting(0, 2, drafts=1), Drafting(1, 2, drafts=3), Scripted(2, 2)
+    for runner in (short, long, plain):
+        turns.join(runner)
+    blocker.set()
+    try:
+        assert all(runner.done.wait(10) for runner in (short, long, plain))
+    finally:
+        turns.close()
+    # Each pass is asked as its answer's drafting ends; the decode orders them by sequence.
+    one_round = [("draft", [1, 0]), ("draft", [1]), ("draft", [1]), ("target", [2, 0, 1])]
+    assert log == one_round * 2
+    shapes = [r.logits.shape for r in long.results]  # type: ignore[union-attr]
+    assert shapes == ([(1, 3)] * 3 + [(2, 3)]) * 2
+    assert [r.shared for r in long.results] == [True, False, False, True] * 2  # type: ignore[union-attr]

@@ -11,6 +11,12 @@ prompt read whole, which both sides pay alike: one answer's prompt is read alone
 reports the total tokens per second of each side and their ratio; at once, the answer
 slowed most against its own pace in turn, as a share of the answers' mean (none starved);
 and the share of passes decoded with other answers' passes.
+
+It also states the ceiling: the same target passes the answers took in turn, decoded at
+once in lockstep rounds (a round: the next pass of every answer that has one, one
+decode), priced on the pair's measured cost curve, the rest of the time (prompts,
+drafting, Python) as it was in turn. On a CPU whose cost grows with a pass's tokens, an
+answer that already verifies long drafts alone has little left to gain at once.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ import json
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from edgespec.bench.corpus import CATEGORIES, CorpusPrompt, prompt_tokens, select
-from edgespec.decoding.events import Done
+from edgespec.decoding.events import Done, Step
 from edgespec.errors import EdgespecError
 
 
@@ -34,6 +41,8 @@ class Side:
     rates: list[float] = field(default_factory=list)  # total tokens/s
     answers: list[list[float]] = field(default_factory=list)  # each answer's own tokens/s
     shared: list[float] = field(default_factory=list)  # passes shared with other answers / all
+    # In turn: what the same passes in lockstep rounds could make of the rate (see above).
+    ceilings: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -45,6 +54,9 @@ class Comparison:
 
     def ratios(self) -> list[float]:
         return [t / s for t, s in zip(self.together.rates, self.serial.rates, strict=True)]
+
+    def shares_of_ceiling(self) -> list[float]:
+        return [r / c for r, c in zip(self.ratios(), self.serial.ceilings, strict=True)]
 
     def least_served(self) -> float:
         """At once, the answer slowed most against its own rate in turn, as a share of
@@ -70,12 +82,30 @@ def spread_prompts(split: str, count: int) -> list[CorpusPrompt]:
     return chosen
 
 
-def answer(lm, tokens: list[int], drafter: str, max_tokens: int) -> Done:
+@dataclass
+class Answered:
+    done: Done
+    passes: list[int]  # the tokens of each target pass of its steps
+
+
+def answer(lm, tokens: list[int], drafter: str, max_tokens: int) -> Answered:
     from edgespec.api import settings_from
 
     request = lm.request(tokens, settings_from(max_tokens=max_tokens), drafter=drafter)
-    done = [e for e in lm.events(lm.start(request)) if isinstance(e, Done)]
-    return done[0]
+    events = list(lm.events(lm.start(request)))
+    passes = [event.gamma + 1 for event in events if isinstance(event, Step)]
+    return Answered(next(e for e in events if isinstance(e, Done)), passes)
+
+
+def lockstep_ceiling(passes: list[list[int]], wall_s: float, price: Callable[[int], float]) -> float:
+    """How much faster than ``wall_s`` (the answers one after another, each pass its own
+    decode: ``passes[answer]``, tokens per pass) the same passes could go in lockstep
+    rounds, each round one decode, priced by ``price`` (seconds of a pass of k tokens);
+    the time outside the passes as it was."""
+    alone = sum(price(k) for sizes in passes for k in sizes)
+    depth = max(map(len, passes), default=0)
+    rounds = sum(price(sum(sizes[r] for sizes in passes if r < len(sizes))) for r in range(depth))
+    return wall_s / max(wall_s - alone + rounds, 1e-9)
 
 
 def empty_caches(lm) -> None:
@@ -85,10 +115,10 @@ def empty_caches(lm) -> None:
             model.reset()
 
 
-def one_side(lm, prompts: list[list[int]], drafter: str, max_tokens: int, together: bool) -> list[Done]:
+def one_side(lm, prompts: list[list[int]], drafter: str, max_tokens: int, together: bool) -> list[Answered]:
     if not together:
         return [answer(lm, tokens, drafter, max_tokens) for tokens in prompts]
-    done: list[Done | None] = [None] * len(prompts)
+    done: list[Answered | None] = [None] * len(prompts)
 
     def run(i: int) -> None:
         done[i] = answer(lm, prompts[i], drafter, max_tokens)
@@ -103,8 +133,12 @@ def one_side(lm, prompts: list[list[int]], drafter: str, max_tokens: int, togeth
     return done  # type: ignore[return-value]
 
 
-def record(side: Side, answers: list[Done], wall_s: float) -> None:
+def record(side: Side, answered: list[Answered], wall_s: float, price: Callable[[int], float] | None) -> None:
+    """``price`` (in turn): the ceiling is judged too."""
+    answers = [a.done for a in answered]
     side.rates.append(sum(d.stats.tokens for d in answers) / wall_s)
+    if price is not None:
+        side.ceilings.append(lockstep_ceiling([a.passes for a in answered], wall_s, price))
     side.answers.append([d.stats.tokens / max(d.stats.wall_s, 1e-9) for d in answers])
     passes = sum(d.stats.target_passes for d in answers)
     side.shared.append(sum(d.stats.shared_passes for d in answers) / passes if passes else 0.0)
@@ -117,7 +151,7 @@ def measure(args: argparse.Namespace) -> list[Comparison]:
     options = RuntimeOptions(n_ctx=args.ctx, parallel=count, engine_thread=True, threads=args.threads)
     lm = EdgeSpec(args.target, args.draft, options=options, quiet=True)
     try:
-        lm.controller_state()
+        price = lm.controller_state().costs.target.estimate
         prompts = [prompt_tokens(lm, p) for p in spread_prompts(args.split, count)]
         comparisons = [Comparison(d, cached) for cached in (True, False) for d in args.parallel_drafters]
         answer(lm, prompts[0], "none", 4)  # warm-up
@@ -130,7 +164,7 @@ def measure(args: argparse.Namespace) -> list[Comparison]:
                         one_side(lm, prompts, "none", 1, together=True)
                     start = time.perf_counter()
                     answers = one_side(lm, prompts, comparison.drafter, args.max_tokens, together)
-                    record(side, answers, time.perf_counter() - start)
+                    record(side, answers, time.perf_counter() - start, None if together else price)
                     print(f"  {comparison.drafter:<6} {'cached' if comparison.cached else 'cold':<6} "
                           f"{'at once' if together else 'in turn':<8} {side.rates[-1]:6.1f} tokens/s",
                           flush=True)  # fmt: skip
@@ -142,15 +176,17 @@ def measure(args: argparse.Namespace) -> list[Comparison]:
 def report(comparisons: list[Comparison], count: int) -> str:
     lines = [
         f"| drafter | prompts | {count} in turn, tokens/s | {count} at once, tokens/s | ratio per repeat "
-        "| least served | passes shared |",
-        "|---|---|--:|--:|---|--:|--:|",
+        "| ceiling per repeat | share of the ceiling | least served | passes shared |",
+        "|---|---|--:|--:|---|---|--:|--:|--:|",
     ]
     for c in comparisons:
         ratios = ", ".join(f"{r:.2f}" for r in c.ratios())
+        ceilings = ", ".join(f"{r:.2f}" for r in c.serial.ceilings)
         serial, together = statistics.median(c.serial.rates), statistics.median(c.together.rates)
         lines.append(
             f"| {c.drafter} | {'cached' if c.cached else 'cold'} | {serial:.1f} | {together:.1f} | {ratios} "
-            f"| {c.least_served():.2f} | {statistics.mean(c.together.shared):.0%} |"
+            f"| {ceilings} | {statistics.median(c.shares_of_ceiling()):.0%} | {c.least_served():.2f} "
+            f"| {statistics.mean(c.together.shared):.0%} |"
         )
     return "\n".join(lines)
 
@@ -163,5 +199,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     print(report(comparisons, args.parallel))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump([{**asdict(c), "ratios": c.ratios()} for c in comparisons], out, indent=1)
+            rows = [
+                {**asdict(c), "ratios": c.ratios(), "of_ceiling": c.shares_of_ceiling()} for c in comparisons
+            ]
+            json.dump(rows, out, indent=1)
     return 0

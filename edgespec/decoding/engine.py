@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from edgespec.decoding.drafters import REGISTRY, AnswerSetup, Drafter, registry
 from edgespec.decoding.events import Event
@@ -49,7 +50,8 @@ class Engine:
         # Answers running at once: one sequence (slot) each, their steps in rounds on one
         # engine thread where several threads read answers, their passes in one decode.
         self.slots = Slots(target.n_seq, target.sequence_tokens)
-        self.turn = Turns(threaded, target.decode_passes, clock)
+        drafts = partial(draft.decode_passes, last=True) if draft is not None else None
+        self.turn = Turns(threaded, target.decode_passes, clock, drafts)
         for model in (target, draft):
             if model is not None:
                 model.yield_to(self.turn.arrival)

@@ -24,7 +24,15 @@ import numpy as np
 from edgespec.decoding import acceptance
 from edgespec.decoding.acceptance import check_lenience
 from edgespec.decoding.constrained import Constraint
-from edgespec.decoding.drafters import REGISTRY, AnswerSetup, Draft, Drafter, DraftRequest, Proposal
+from edgespec.decoding.drafters import (
+    REGISTRY,
+    AnswerSetup,
+    Draft,
+    Drafter,
+    DraftRequest,
+    ModelDrafter,
+    Proposal,
+)
 from edgespec.decoding.drafters.base import lookup_draft
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
 from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
@@ -32,7 +40,7 @@ from edgespec.decoding.policy import Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.request import Request, prediction_tokens_used
 from edgespec.decoding.sampling import probabilities, sample
 from edgespec.decoding.textstream import TextStream
-from edgespec.decoding.turns import PAUSE, Pass, Passed, Pause, Turns, driven
+from edgespec.decoding.turns import PAUSE, DraftPass, Pass, Passed, Pause, Turns, driven
 from edgespec.runtime.model import DecodeAborted, DecodeYielded, Model
 
 Scores = list[tuple[float, tuple[tuple[int, float], ...]]]
@@ -167,7 +175,7 @@ class Generation:
             for model in models:
                 model.listen(None)
 
-    def _run(self) -> Iterator[Event | Pause | Pass]:
+    def _run(self) -> Iterator[Event | Pause | Pass | DraftPass]:
         started = self.pair.clock()
         self.policy.begin()
         yield from self._first_token(started)
@@ -287,7 +295,7 @@ class Generation:
 
     # -- the steps --------------------------------------------------------------------------
 
-    def _step(self) -> Iterator[Event | Pause | Pass]:
+    def _step(self) -> Iterator[Event | Pause | Pass | DraftPass]:
         if self.live.stopped:
             self.stop_reason = "cancelled"
             return
@@ -315,14 +323,15 @@ class Generation:
                 # steps) catches up a batch per turn; what is left it reads as it drafts.
                 yield from self._read_ahead(self.drafters[plan.drafter], self.pair.draft.prefill_chunk)
                 step_started = pair.clock()
-            draft = self._draft(plan, proposals)
+            draft = yield from self._draft(plan, proposals)
             tokens, sources, step, scores = yield from self._verify(plan, draft)
         except DecodeAborted:
             self.stop_reason = "cancelled"
             return
-        # Less the time the answer waited for its pass beyond the pass itself (other
-        # answers' turns): what the step cost is its own work.
-        self._learn(step, draft, tokens, pair.clock() - step_started - self._waited_s)
+        # Less the time the answer waited for its pass and its draft's decodes beyond
+        # its share of them (other answers' turns): what the step cost is its own work.
+        waited = self._waited_s + draft.waited_s
+        self._learn(step, draft, tokens, pair.clock() - step_started - waited)
         yield step
         yield from self._commit(tokens, sources, scores)
 
@@ -347,7 +356,7 @@ class Generation:
         stats.draft_s += step.draft_s
         stats.verify_s += step.verify_s
 
-    def _draft(self, plan: Plan, proposals: StepProposals) -> Draft:
+    def _draft(self, plan: Plan, proposals: StepProposals) -> Generator[DraftPass, Passed, Draft]:
         """The planned draft, cut where it ends the answer or leaves the grammar."""
         if plan.gamma <= 0 or plan.drafter == "none":
             return Draft(tokens=[])
@@ -355,7 +364,7 @@ class Generation:
         if found is not None:  # a free proposal gathered for the policy, drafted as it is
             draft = lookup_draft(found.tokens[: plan.gamma], found.evidence, plan.keep_going)
         else:
-            draft = self._ask(plan)
+            draft = yield from self._ask(plan)
         # A draft that ends the answer ends the draft: tokens after it could only be
         # verified for nothing, and would count as accepted drafts that never appear.
         is_eog = self.pair.target.is_eog
@@ -373,7 +382,7 @@ class Generation:
             draft.truncate(allowed + 1 if sampled else allowed)
         return draft
 
-    def _ask(self, plan: Plan) -> Draft:
+    def _ask(self, plan: Plan) -> Generator[DraftPass, Passed, Draft]:
         request = DraftRequest(
             plan.gamma,
             self.settings.sampling,
@@ -382,7 +391,11 @@ class Generation:
             plan.wants_confidence or plan.keep_going is not None,
             self._draft_transform(),
         )
-        return self.drafters[plan.drafter].propose(self.committed, request)
+        drafter = self.drafters[plan.drafter]
+        if self.pair.turn.threaded and isinstance(drafter, ModelDrafter):
+            # The engine thread decodes the draft model's steps with the other answers'.
+            return (yield from drafter.drafting(self.committed, request))
+        return drafter.propose(self.committed, request)
 
     def _draft_transform(self) -> Callable[[np.ndarray, list[int]], np.ndarray] | None:
         """The penalties on the draft model's rows, each with its own history (the

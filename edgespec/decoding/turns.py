@@ -2,8 +2,9 @@
 
 Threaded (a server, the app: several threads read answers), one engine thread makes every
 model call, in rounds. In a round each running answer goes on to its next target pass
-(drafting it included), or reads one batch of its prompt; then the passes of all of them
-are one ``llama_decode`` over their sequences: a pass over 4 tokens costs this CPU about
+(drafting it included, its draft model's decodes batched with the other answers'), or
+reads one batch of its prompt; then the passes of all of them are one ``llama_decode``
+over their sequences: a pass over 4 tokens costs this CPU about
 1.6 single ones (docs/sessions.md), so four answers at once get further than four in
 turn. Each answer's events go to a queue of its own, which the thread reading the answer
 drains. Other calls (measuring costs, an embedding) run between rounds, in the order asked.
@@ -55,6 +56,14 @@ class Pass:
 
 
 @dataclass(frozen=True)
+class DraftPass:
+    """A draft-model decode an answer asks for as it drafts: ``tokens`` appended to its
+    sequence of the draft model, a logits row for the last one."""
+
+    tokens: list[int]
+
+
+@dataclass(frozen=True)
 class Passed:
     """What a pass gave: its logits rows and its share of the decode's seconds (by what
     it would cost alone); ``shared`` when other answers' passes were in the same decode."""
@@ -70,7 +79,7 @@ class Runner(Protocol):
     sequence: int
     finished: bool
 
-    def advance(self, result: Passed | BaseException | None) -> Pass | None:
+    def advance(self, result: Passed | BaseException | None) -> Pass | DraftPass | None:
         """Go on (with the last pass's result, or its error) to the next pass asked for;
         None when the turn ended without one (a batch of the prompt, or the end)."""
         ...
@@ -88,8 +97,10 @@ class Turns:
         threaded: bool = False,
         decode_passes: DecodePasses | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        decode_drafts: DecodePasses | None = None,
     ):
         self._decode_passes = decode_passes
+        self._decode_drafts = decode_drafts
         self._clock = clock
         self._cond = threading.Condition()
         self._calls: deque[tuple[Callable[[], object], Future]] = deque()
@@ -167,28 +178,44 @@ class Turns:
                 self._round(runners)
 
     def _round(self, runners: list[Runner]) -> None:
+        """Each answer goes on to its target pass, its draft model's decodes on the way
+        batched with the other answers' (a draft step of 4 sequences costs little more
+        than one here); then the target passes, in one decode."""
         asked: list[tuple[Runner, Pass]] = []
-        for runner in runners:
-            wanted = runner.advance(self._results.pop(id(runner), None))
-            if runner.finished:
-                with self._cond:
-                    self._runners.remove(runner)
-            elif wanted is not None:
-                asked.append((runner, wanted))
+        drafting = runners
+        while drafting:
+            drafts: list[tuple[Runner, Pass | DraftPass]] = []
+            for runner in drafting:
+                wanted = runner.advance(self._results.pop(id(runner), None))
+                if runner.finished:
+                    with self._cond:
+                        self._runners.remove(runner)
+                elif isinstance(wanted, DraftPass):
+                    drafts.append((runner, wanted))
+                elif wanted is not None:
+                    asked.append((runner, wanted))
+            if drafts:
+                assert self._decode_drafts is not None, "only a pair with a draft model drafts with it"
+                self._decode(drafts, self._decode_drafts, float)
+            drafting = [runner for runner, _ in drafts]
         if asked:
-            self._decode(asked)
+            assert self._decode_passes is not None, "a threaded engine decodes its answers' passes"
+            self._decode(asked, self._decode_passes, self.weigh or float)
 
-    def _decode(self, asked: list[tuple[Runner, Pass]]) -> None:
-        assert self._decode_passes is not None, "a threaded engine decodes its answers' passes"
+    def _decode(
+        self,
+        asked: list[tuple[Runner, Pass | DraftPass]],
+        decode: DecodePasses,
+        weigh: Callable[[int], float],
+    ) -> None:
         start = self._clock()
         try:
-            rows = self._decode_passes([(runner.sequence, wanted.tokens) for runner, wanted in asked])
+            rows = decode([(runner.sequence, wanted.tokens) for runner, wanted in asked])
         except Exception as error:  # handed to each answer, which ends with it
             for runner, _ in asked:
                 self._results[id(runner)] = error
             return
         seconds = self._clock() - start
-        weigh = self.weigh or float
         weights = [max(weigh(len(wanted.tokens)), 1e-9) for _, wanted in asked]
         for (runner, _), logits, weight in zip(asked, rows, weights, strict=True):
             share = seconds * weight / sum(weights)
@@ -230,7 +257,7 @@ class Driven:
         self.finished = False
         self.events: queue.SimpleQueue = queue.SimpleQueue()
 
-    def advance(self, result: Passed | BaseException | None) -> Pass | None:
+    def advance(self, result: Passed | BaseException | None) -> Pass | DraftPass | None:
         # A turn's events are handed over together: each hand-over wakes the reading
         # thread, which then runs beside the next decode and slows it.
         events: list[object] = []
@@ -240,7 +267,7 @@ class Driven:
                     item = self.steps.throw(result)
                 else:
                     item = self.steps.send(result)
-                while not isinstance(item, Pass | Pause):
+                while not isinstance(item, Pass | DraftPass | Pause):
                     events.append(item)
                     item = next(self.steps)
         except StopIteration:
@@ -251,7 +278,7 @@ class Driven:
             return None
         if events:
             self.events.put(events)
-        return item if isinstance(item, Pass) else None
+        return None if isinstance(item, Pause) else item
 
     def fail(self, error: BaseException) -> None:
         self._end([error])

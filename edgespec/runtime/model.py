@@ -383,33 +383,36 @@ class Model:
             raise EdgespecError(f"llama.cpp decode failed (status {status}): {_last_log_error()}")
         self.tokens.extend(chunk)
 
-    def decode_passes(self, passes: list[tuple[int, list[int]]]) -> list[np.ndarray]:
+    def decode_passes(self, passes: list[tuple[int, list[int]]], *, last: bool = False) -> list[np.ndarray]:
         """Several sequences' short passes (``(seq, tokens)``, logits for every token: a
-        verification) in as few ``llama_decode`` calls as the batch holds, in order of
-        sequence; each pass's logits are a copy of its own rows (one pass alone: a view)."""
+        verification; ``last``: for the last token only, a draft model's step) in as few
+        ``llama_decode`` calls as the batch holds, in order of sequence; each pass's logits
+        are a copy of its own rows (one pass alone: a view)."""
         if len(passes) == 1:
             self.use(passes[0][0])
-            return [self.decode(passes[0][1], len(passes[0][1]))]
+            return [self.decode(passes[0][1], 1 if last else len(passes[0][1]))]
         results: list[np.ndarray] = [np.empty(0)] * len(passes)
-        limit = min(self._batch_capacity, self._outputs_capacity)
+        limit = self._batch_capacity if last else min(self._batch_capacity, self._outputs_capacity)
         group: list[int] = []
         for i in sorted(range(len(passes)), key=lambda i: passes[i][0]):
             if group and sum(len(passes[j][1]) for j in [*group, i]) > limit:
-                self._decode_group(passes, group, results)
+                self._decode_group(passes, group, results, last)
                 group = []
             group.append(i)
-        self._decode_group(passes, group, results)
+        self._decode_group(passes, group, results, last)
         return results
 
-    def _decode_group(self, passes: list[tuple[int, list[int]]], group: list[int], results: list) -> None:
-        batch, n = self._batch, 0
+    def _decode_group(
+        self, passes: list[tuple[int, list[int]]], group: list[int], results: list, last: bool
+    ) -> None:
+        batch, n, most = self._batch, 0, self._batch_capacity if last else self.options.max_outputs
         for seq, tokens in (passes[i] for i in group):
             held = self.sequence_tokens(seq)
-            if not 0 < len(tokens) <= self.options.max_outputs or len(held) + len(tokens) > self.n_ctx:
+            if not 0 < len(tokens) <= most or len(held) + len(tokens) > self.n_ctx:
                 raise ValueError(f"a pass of {len(tokens)} tokens does not fit sequence {seq}")
             for i, token in enumerate(tokens):
                 batch.token[n], batch.pos[n], batch.n_seq_id[n] = token, len(held) + i, 1
-                batch.seq_id[n][0], batch.logits[n] = seq, True
+                batch.seq_id[n][0], batch.logits[n] = seq, not last or i == len(tokens) - 1
                 n += 1
         batch.n_tokens = n
         self._arm_abort(False)  # short, and shared: no one answer's stop ends it
@@ -418,13 +421,15 @@ class Model:
             for seq, _ in (passes[i] for i in group):
                 llama_cpp.llama_memory_seq_rm(self._memory, seq, len(self.sequence_tokens(seq)), -1)
             raise EdgespecError(f"llama.cpp decode failed (status {status}): {_last_log_error()}")
-        rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(n, self.n_vocab))
+        outputs = len(group) if last else n
+        rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(outputs, self.n_vocab))
         start = 0
         for i in group:
             seq, tokens = passes[i]
             self.sequence_tokens(seq).extend(tokens)
-            results[i] = rows[start : start + len(tokens)].copy()
-            start += len(tokens)
+            width = 1 if last else len(tokens)
+            results[i] = rows[start : start + width].copy()
+            start += width
 
     def _recover_after_failed_decode(self) -> None:
         """A fatal or aborted decode may leave part of the batch in memory: cut back to

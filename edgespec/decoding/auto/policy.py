@@ -370,11 +370,12 @@ class AdaptivePolicy:
         return to plain decoding costs beyond a plain step), the draft's decodes."""
         answer, costs = self.answer, self.costs
         costs.observe_overhead(outcome.overhead_s, plain=outcome.gamma == 0)
-        for k, seconds in outcome.draft.decodes:
-            costs.draft.observe(k, seconds)
+        # A share of a decode over several answers' tokens is not what it would cost
+        # alone, which is what the cost curves price.
+        if not outcome.draft.shared:
+            for k, seconds in outcome.draft.decodes:
+                costs.draft.observe(k, seconds)
         if outcome.shared:
-            # A share of a pass over several answers' tokens is not what this pass would
-            # cost alone, which is what the cost curve prices.
             return
         size = outcome.gamma + 1
         if size == 1 and answer.plain_since_draft < 2:

@@ -77,6 +77,10 @@ class Draft:
     catch_up: int = 0  # context tokens the drafter had to decode before drafting
     evidence: int = 0  # a free drafter's: see Proposal.evidence
     decodes: list[tuple[int, float]] = field(default_factory=list)  # (batch size, seconds) per decode
+    # Some decode was shared with other answers' (its seconds a share of it): not what
+    # the draft model's cost curve prices.
+    shared: bool = False
+    waited_s: float = 0.0  # spent on other answers' share of its decodes and their turns
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` proposed tokens."""

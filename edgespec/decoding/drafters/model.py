@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -13,6 +13,7 @@ import numpy as np
 from edgespec.decoding.drafters.base import AnswerSetup, Draft, DraftRequest, Proposal
 from edgespec.decoding.drafters.grammar import ForcedText, GrammarGuide
 from edgespec.decoding.sampling import max_probability, probabilities, sample
+from edgespec.decoding.turns import DraftPass, Passed
 from edgespec.runtime.model import Model
 from edgespec.runtime.tokens import common_prefix
 
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
 # Tokens per decode of a forced run: the controller reads a draft decode of more than four
 # tokens as the draft catching up on the context, not as drafting.
 _RUN_CHUNK = 4
+
+# Drafting as the engine thread drives it: each decode of the draft model asked for, and
+# what it gave (its logits row, its seconds); the draft at the end.
+Drafting = Generator[DraftPass, Passed, Draft]
 
 
 class ModelDrafter:
@@ -81,13 +86,28 @@ class ModelDrafter:
         return GrammarGuide(self.forced_text, self.constraint, context[-1])
 
     def propose(self, context: list[int], request: DraftRequest) -> Draft:
+        """The draft, each of its decodes run here, alone."""
+        steps = self.drafting(context, request)
+        passed = None
+        try:
+            while True:
+                asked = steps.send(passed)  # type: ignore[arg-type]  # (None starts it)
+                start = self.clock()
+                logits = self.model.decode(asked.tokens, 1)
+                passed = Passed(logits, self.clock() - start)
+        except StopIteration as done:
+            return done.value
+
+    def drafting(self, context: list[int], request: DraftRequest) -> Drafting:
+        """The draft, each decode of the draft model asked of whoever drives it: the engine
+        thread batches several answers' decodes into one."""
         model = self.model
         start = self.clock()
         model.listen(self.cancel)
         reused = self._sync(context)
         model.mark()
         draft = Draft(tokens=[], catch_up=len(context) - reused)
-        logits = self._decode(context[reused:], draft)
+        logits = yield from self._decode(context[reused:], draft)
         greedy = request.params.greedy
         guide = self._guide(context, request)
         while (i := len(draft.tokens)) < request.max_tokens:
@@ -95,7 +115,7 @@ class ModelDrafter:
             if forced:
                 if not self._take_forced(forced, request, draft):
                     break
-                logits = self._decode_run(forced, draft)
+                logits = yield from self._decode_run(forced, draft)
                 continue
             if request.transform is not None:
                 logits = request.transform(logits, draft.tokens)
@@ -113,8 +133,8 @@ class ModelDrafter:
             if model.is_eog(token):
                 break  # nothing follows the end of the answer: drafting on is wasted work
             if i + 1 < request.max_tokens:
-                logits = self._decode([token], draft)
-        draft.seconds = self.clock() - start
+                logits = yield from self._decode([token], draft)
+        draft.seconds = self.clock() - start - draft.waited_s
         if not greedy:
             draft.q = self._q[: len(draft.tokens)]
         return draft
@@ -130,14 +150,18 @@ class ModelDrafter:
             draft.confidences.append(math.nan)
         return not self.model.is_eog(forced[-1]) and len(draft.tokens) < request.max_tokens
 
-    def _decode_run(self, tokens: list[int], draft: Draft) -> np.ndarray:
+    def _decode_run(self, tokens: list[int], draft: Draft) -> Generator[DraftPass, Passed, np.ndarray]:
         """A forced run read in decodes the controller does not take for a catch-up."""
         for start in range(0, len(tokens), _RUN_CHUNK):
-            logits = self._decode(tokens[start : start + _RUN_CHUNK], draft)
+            logits = yield from self._decode(tokens[start : start + _RUN_CHUNK], draft)
         return logits
 
-    def _decode(self, tokens: list[int], draft: Draft) -> np.ndarray:
-        start = self.clock()
-        logits = self.model.decode(tokens, 1)[0]
-        draft.decodes.append((len(tokens), self.clock() - start))
-        return logits
+    def _decode(self, tokens: list[int], draft: Draft) -> Generator[DraftPass, Passed, np.ndarray]:
+        """The last token's logits row; the decode's seconds are its own share of a
+        decode shared with other answers, and the rest of the wait is not the draft's."""
+        asked = self.clock()
+        passed = yield DraftPass(tokens)
+        draft.decodes.append((len(tokens), passed.seconds))
+        draft.shared |= passed.shared
+        draft.waited_s += self.clock() - asked - passed.seconds
+        return passed.logits[0]

@@ -14,14 +14,16 @@ and the share of passes decoded with other answers' passes.
 
 It also states the ceiling: the same target passes the answers took in turn, decoded at
 once in lockstep rounds (a round: the next pass of every answer that has one, one
-decode), priced on the pair's measured cost curve, the rest of the time (prompts,
-drafting, Python) as it was in turn. On a CPU whose cost grows with a pass's tokens, an
-answer that already verifies long drafts alone has little left to gain at once.
+decode), priced on the pair's cost curve as measured before the run, the rest of the
+time (prompts, drafting, Python) as it was in turn. On a CPU whose cost grows with a
+pass's tokens, an answer that already verifies long drafts alone has little left to gain
+at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import threading
@@ -151,7 +153,9 @@ def measure(args: argparse.Namespace) -> list[Comparison]:
     options = RuntimeOptions(n_ctx=args.ctx, parallel=count, engine_thread=True, threads=args.threads)
     lm = EdgeSpec(args.target, args.draft, options=options, quiet=True)
     try:
-        price = lm.controller_state().costs.target.estimate
+        # The curve as measured before any answer: the controller goes on learning it, and
+        # every repeat's ceiling is priced alike.
+        price = copy.deepcopy(lm.controller_state().costs.target).estimate
         prompts = [prompt_tokens(lm, p) for p in spread_prompts(args.split, count)]
         comparisons = [Comparison(d, cached) for cached in (True, False) for d in args.parallel_drafters]
         answer(lm, prompts[0], "none", 4)  # warm-up

@@ -9,7 +9,6 @@ so its own Gradio session (conversation, Stop ownership).
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
@@ -34,7 +33,7 @@ from edgespec.ui.answer import AnswerRun
 from edgespec.ui.figures import DRAFTED_NAME, DRAFTER_COLOURS, NO_DRAFT_NAME, steps_figure
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.handlers import View
-from edgespec.ui.layout import UI_NICENESS, build_app, drafter_choices, drafter_help, launch_app
+from edgespec.ui.layout import build_app, drafter_choices, drafter_help, launch_app
 from edgespec.ui.reasons import FIXED_WORDS, IDLE_WORDS, reason_words
 from edgespec.ui.text import (
     PROVENANCE_STYLE,
@@ -396,22 +395,6 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
 
 def reused_tokens(stats: str) -> int:
     return int(stats.split(" reused")[0].rsplit(",", 1)[1].split()[0])
-
-
-@needs_models
-@pytest.mark.skipif(sys.platform != "linux", reason="a thread has a priority of its own on Linux only")
-def test_the_apps_threads_run_behind_the_engines(client: Client):
-    """What keeps the page's updates from taking a core from the decoding they show."""
-    ask(client, "Say hi.", max_tokens=2).result(timeout=180)  # (its handler's thread exists now)
-
-    def niceness(thread: threading.Thread) -> int:
-        return os.getpriority(os.PRIO_PROCESS, thread.native_id)  # type: ignore[arg-type]
-
-    main = niceness(threading.main_thread())
-    workers = [t for t in threading.enumerate() if t.name.startswith("AnyIO worker thread")]
-    assert workers and {niceness(t) for t in workers} == {main + UI_NICENESS}
-    engine = next(t for t in threading.enumerate() if t.name == "edgespec-engine")
-    assert niceness(engine) == main
 
 
 @needs_models

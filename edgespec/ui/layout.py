@@ -11,10 +11,6 @@ they act at once even while an answer streams.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import threading
 from typing import Any
 
 import gradio as gr
@@ -80,41 +76,10 @@ def calm_queue(demo: gr.Blocks) -> gr.Blocks:
 
 
 def launch_app(demo: gr.Blocks, **launch: Any) -> None:
-    """``demo.launch(**launch)`` with the live feed's route mounted beside the app; its
-    server's threads run behind the engine's (``launch`` needs ``prevent_thread_lock``)."""
+    """``demo.launch(**launch)`` with the live feed's route mounted beside the app."""
     calm_queue(demo.queue())
-    failed: list[BaseException] = []
-
-    def start() -> None:
-        # Every thread the server starts inherits this thread's priority. On a machine
-        # with as many cores as llama.cpp has threads, a page update that takes a core
-        # mid-decode stalls every thread of that decode at its next barrier; behind them,
-        # it runs in the gaps between decodes.
-        behind_the_engine()
-        try:
-            demo.launch(app_kwargs={"middleware": [Middleware(HeadScript)]}, **launch)
-        except BaseException as error:  # raised in the caller's thread
-            failed.append(error)
-
-    starter = threading.Thread(target=start, name="edgespec-ui-start")
-    starter.start()
-    starter.join()
-    if failed:
-        raise failed[0]
+    demo.launch(app_kwargs={"middleware": [Middleware(HeadScript)]}, **launch)
     demo.app.include_router(demo.live_feeds.router())  # type: ignore[attr-defined]
-
-
-UI_NICENESS = 10  # how far behind: the server's threads get about a tenth of a busy core
-
-
-def behind_the_engine() -> None:
-    """Lower this thread's scheduling priority (Linux, where a thread has its own; a
-    no-op elsewhere, where it would lower the whole process, the engine's threads too)."""
-    if sys.platform != "linux":
-        return
-    thread = threading.get_native_id()
-    with contextlib.suppress(OSError):  # a sandbox that forbids it: the app runs as before
-        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + UI_NICENESS)
 
 
 def _header(lm: EdgeSpec | None) -> str:

@@ -12,12 +12,13 @@ reports the total tokens per second of each side and their ratio; at once, the a
 slowed most against its own pace in turn, as a share of the answers' mean (none starved);
 and the share of passes decoded with other answers' passes.
 
-It also states the ceiling: the same target passes the answers took in turn, decoded at
+It also estimates a ceiling: the same target passes the answers took in turn, decoded at
 once in lockstep rounds (a round: the next pass of every answer that has one, one
 decode), priced on the pair's cost curve as measured before the run, the rest of the
 time (prompts, drafting, Python) as it was in turn. On a CPU whose cost grows with a
 pass's tokens, an answer that already verifies long drafts alone has little left to gain
-at once.
+at once. The curve prices one sequence's pass of k tokens; a round of k sequences' single
+tokens may cost less, so it is an estimate, not a bound (docs/sessions.md).
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def measure(args: argparse.Namespace) -> list[Comparison]:
 def report(comparisons: list[Comparison], count: int) -> str:
     lines = [
         f"| drafter | prompts | {count} in turn, tokens/s | {count} at once, tokens/s | ratio per repeat "
-        "| ceiling per repeat | share of the ceiling | least served | passes shared |",
+        "| lockstep estimate per repeat | share of it | least served | passes shared |",
         "|---|---|--:|--:|---|---|--:|--:|--:|",
     ]
     for c in comparisons:

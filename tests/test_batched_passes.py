@@ -69,6 +69,17 @@ def test_each_pass_in_a_shared_decode_gets_its_own_rows(target: Model) -> None:
         assert target.cache_span() == (0, len(prompts[seq]) + len(tokens) - 1)
 
 
+def test_a_pass_alone_keeps_its_rows_past_the_next_decode(target: Model) -> None:
+    """Its answer reads them in the next round, after another answer may have decoded (a
+    new one, whose first token goes first)."""
+    prefill(target)
+    rows = target.decode_passes([(0, target.tokenize(" Wednesday", add_special=False))])[0]
+    kept = rows.copy()
+    target.use(1)
+    target.decode(target.tokenize(" b", add_special=False), 1)
+    assert np.array_equal(rows, kept)
+
+
 def test_a_pass_that_does_not_fit_is_refused_and_nothing_is_decoded(target: Model) -> None:
     prompts = prefill(target)
     too_long = [1] * (target.options.max_outputs + 1)

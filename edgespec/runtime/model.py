@@ -387,10 +387,11 @@ class Model:
         """Several sequences' short passes (``(seq, tokens)``, logits for every token: a
         verification; ``last``: for the last token only, a draft model's step) in as few
         ``llama_decode`` calls as the batch holds, in order of sequence; each pass's logits
-        are a copy of its own rows (one pass alone: a view)."""
+        are a copy of its own rows, which outlives the next decode (another answer's, before
+        this one's reads them)."""
         if len(passes) == 1:
             self.use(passes[0][0])
-            return [self.decode(passes[0][1], 1 if last else len(passes[0][1]))]
+            return [self.decode(passes[0][1], 1 if last else len(passes[0][1])).copy()]
         results: list[np.ndarray] = [np.empty(0)] * len(passes)
         limit = self._batch_capacity if last else min(self._batch_capacity, self._outputs_capacity)
         group: list[int] = []

@@ -93,13 +93,16 @@ def test_where_every_verified_token_is_dear_auto_leaves_the_draft_model_alone(pa
 @pytest.mark.needs_models
 def test_the_replay_shows_a_controller_that_never_tries_the_draft(pair, recordings):
     """The GPU test above can fail: a controller that never tries the draft (its best case
-    below plain decoding) and asks ten times plain decoding's rate before choosing it stays
-    at target-only speed where the draft pays."""
+    below plain decoding) and asks ten times plain decoding's rate before choosing it never
+    chooses it, and stays below the draft model's speed where the draft pays."""
     timid = dataclasses.replace(DEFAULT, optimistic=0.3, model_gain=10.0)
     results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS, tuning=timid)
     r = ratios(results, "chat-explain-interest-2")
     assert results["chat-explain-interest-2"]["auto"].steps["model"] == 0
-    assert r["auto"] < 0.9 * r["model γ=2"]
+    # It fails the test above by its choices, and it is slower than the draft model
+    # (by how much depends on the recorded answer: its copies alone give it about 1.1).
+    best_fixed = max(r["target only"], r["model γ=2"], r["model γ=4"])
+    assert r["auto"] < best_fixed, r
 
 
 @pytest.mark.needs_models

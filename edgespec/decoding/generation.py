@@ -24,15 +24,7 @@ import numpy as np
 from edgespec.decoding import acceptance
 from edgespec.decoding.acceptance import check_lenience
 from edgespec.decoding.constrained import Constraint
-from edgespec.decoding.drafters import (
-    REGISTRY,
-    AnswerSetup,
-    Draft,
-    Drafter,
-    DraftRequest,
-    ModelDrafter,
-    Proposal,
-)
+from edgespec.decoding.drafters import REGISTRY, AnswerSetup, Draft, Drafter, DraftRequest, Proposal
 from edgespec.decoding.drafters.base import lookup_draft
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
 from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
@@ -392,7 +384,7 @@ class Generation:
             self._draft_transform(),
         )
         drafter = self.drafters[plan.drafter]
-        if self.pair.turn.threaded and isinstance(drafter, ModelDrafter):
+        if self.pair.turn.threaded:
             # The engine thread decodes the draft model's steps with the other answers'.
             return (yield from drafter.drafting(self.committed, request))
         return drafter.propose(self.committed, request)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.turns import DraftPass, Passed
 
 if TYPE_CHECKING:
     from edgespec.decoding.constrained import Constraint
@@ -106,6 +107,11 @@ class DraftRequest:
     transform: Callable[[np.ndarray, list[int]], np.ndarray] | None = None
 
 
+# A draft as the engine thread drives it: each decode of the draft model asked for, and
+# what it gave (its logits row, its seconds); the draft at the end.
+Drafting = Generator[DraftPass, Passed, Draft]
+
+
 class Drafter(Protocol):
     name: str
 
@@ -119,6 +125,11 @@ class Drafter(Protocol):
         ...
 
     def propose(self, context: list[int], request: DraftRequest) -> Draft: ...
+
+    def drafting(self, context: list[int], request: DraftRequest) -> Drafting:
+        """The draft ``propose`` gives, each model decode it needs asked of whoever drives
+        it: the engine thread batches several answers' decodes into one."""
+        ...
 
     def catch_up_tokens(self, context: list[int]) -> int:
         """Context tokens ``propose`` would decode before its first draft token."""
@@ -169,6 +180,11 @@ class LookupDrafter:
     def lookup(self, context: list[int], max_tokens: int) -> tuple[list[int], int]:
         """(proposed tokens, matched length in tokens); ([], 0) when nothing matches."""
         raise NotImplementedError
+
+    def drafting(self, context: list[int], request: DraftRequest) -> Drafting:
+        draft = self.propose(context, request)
+        yield from ()  # a lookup asks for no decode
+        return draft
 
     def propose(self, context: list[int], request: DraftRequest) -> Draft:
         start = self.clock()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgespec.decoding.drafters.base import AnswerSetup, Draft, DraftRequest, Proposal
+from edgespec.decoding.drafters.base import AnswerSetup, Draft, Drafting, DraftRequest, Proposal
 from edgespec.decoding.drafters.grammar import ForcedText, GrammarGuide
 from edgespec.decoding.sampling import max_probability, probabilities, sample
 from edgespec.decoding.turns import DraftPass, Passed
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 # Tokens per decode of a forced run: the controller reads a draft decode of more than four
 # tokens as the draft catching up on the context, not as drafting.
 _RUN_CHUNK = 4
-
-# Drafting as the engine thread drives it: each decode of the draft model asked for, and
-# what it gave (its logits row, its seconds); the draft at the end.
-Drafting = Generator[DraftPass, Passed, Draft]
 
 
 class ModelDrafter:
@@ -99,8 +95,6 @@ class ModelDrafter:
             return done.value
 
     def drafting(self, context: list[int], request: DraftRequest) -> Drafting:
-        """The draft, each decode of the draft model asked of whoever drives it: the engine
-        thread batches several answers' decodes into one."""
         model = self.model
         start = self.clock()
         model.listen(self.cancel)

@@ -78,11 +78,6 @@ def table_difference(target: TokenTable, draft: TokenTable) -> str | None:
     return None
 
 
-@lru_cache(maxsize=16)
-def _facts(path: Path, size: int, mtime_ns: int) -> VocabFacts:
-    return VocabFacts.from_gguf(read_info(path))
-
-
 @lru_cache(maxsize=4)
 def _table(path: Path, size: int, mtime_ns: int) -> TokenTable:
     return read_token_table(path)
@@ -94,7 +89,7 @@ def _key(path: Path) -> tuple[Path, int, int]:
 
 
 def gguf_facts(path: Path) -> VocabFacts:
-    return _facts(*_key(path))
+    return VocabFacts.from_gguf(read_info(path))  # read_info keeps each file's parse
 
 
 def gguf_difference(target: Path, draft: Path) -> str | None:

@@ -11,12 +11,14 @@ import time
 import numpy as np
 import pytest
 
-from edgespec.decoding.turns import DraftPass, Pass, Passed, Turns
+from edgespec.decoding.turns import AHEAD_S, DraftPass, Pass, Passed, Turns
 
 
 class Scripted:
     """An answer that asks for ``passes`` passes of ``size`` tokens, one per round,
     recording what each pass gave."""
+
+    stopping = False
 
     def __init__(self, sequence: int, passes: int, size: int = 1):
         self.sequence = sequence
@@ -249,3 +251,90 @@ def test_the_answers_draft_model_decodes_are_batched_before_their_passes():
     shapes = [r.logits.shape for r in long.results]  # type: ignore[union-attr]
     assert shapes == ([(1, 3)] * 3 + [(2, 3)]) * 2
     assert [r.shared for r in long.results] == [True, False, False, True] * 2  # type: ignore[union-attr]
+
+
+class Clock:
+    """The engine's clock, moved on only by what the scripted decodes and batches cost."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Reading(Scripted):
+    """An answer reading its prompt: ``batches`` turns that each cost ``cost`` seconds and
+    ask for no pass; then its passes. Stopped, it ends at its next turn."""
+
+    def __init__(self, sequence: int, batches: int, cost: float, clock: Clock, log: list):
+        super().__init__(sequence, passes=1)
+        self.batches, self.cost, self.clock, self.log = batches, cost, clock, log
+
+    def advance(self, result: Passed | BaseException | None) -> Pass | None:
+        if self.stopping:
+            self.log.append(("end", self.sequence))
+            self.finished = True
+            self.done.set()
+            return None
+        if self.batches:
+            self.batches -= 1
+            self.clock.now += self.cost
+            self.log.append(("read", self.sequence))
+            return None
+        return super().advance(result)
+
+
+def timed_decode(clock: Clock, cost: float, log: list):
+    def decode(passes: list[tuple[int, list[int]]]) -> list[np.ndarray]:
+        clock.now += cost
+        log.extend(("pass", seq) for seq, _ in passes)
+        return [np.zeros((len(tokens), 3), dtype=np.float32) for _, tokens in passes]
+
+    return decode
+
+
+def test_a_prompt_being_read_shares_the_engine_by_time_with_the_answers_decoding():
+    """A batch of a long prompt costs as much as many steps: the answer decoding beside it
+    gets about as many seconds between two batches as a batch takes, not one step."""
+    clock, log = Clock(), []
+    step, batch = AHEAD_S / 10, 4 * AHEAD_S
+    turns = Turns(threaded=True, decode_passes=timed_decode(clock, step, log), clock=clock)
+    blocker = threading.Event()
+    held = threading.Thread(target=turns.run, args=(blocker.wait,))
+    held.start()
+    decoding, reading = Scripted(0, 140), Reading(1, batches=4, cost=batch, clock=clock, log=log)
+    turns.join(decoding)
+    turns.join(reading)
+    blocker.set()
+    try:
+        assert decoding.done.wait(10) and reading.done.wait(10)
+    finally:
+        turns.close()
+    reads = [i for i, entry in enumerate(log) if entry == ("read", 1)]
+    steps = [i for i, entry in enumerate(log) if entry == ("pass", 0)]
+    # The first batch is read before any step; the steps catch up with it and the next one
+    # (to within AHEAD_S: 70 steps); then each batch waits for a batch's time of steps.
+    assert 69 <= sum(reads[0] < i < reads[1] for i in steps) <= 71
+    assert 39 <= sum(reads[1] < i < reads[2] for i in steps) <= 41
+    assert steps[-1] < reads[3]  # the 140 steps end before the fourth batch
+
+
+def test_an_answer_stopped_while_its_prompt_waits_ends_at_once():
+    clock, log = Clock(), []
+    turns = Turns(threaded=True, decode_passes=timed_decode(clock, 0.01, log), clock=clock)
+    decoding, reading = Scripted(0, 10**6), Reading(1, batches=100, cost=100 * AHEAD_S, clock=clock, log=log)
+    try:
+        turns.join(decoding)
+        turns.join(reading)
+        while ("read", 1) not in log:
+            time.sleep(0.001)
+        log.append(("stop", 1))
+        reading.stopping = True  # else it waits for thousands of steps
+        assert reading.done.wait(10)
+        between = log[log.index(("stop", 1)) : log.index(("end", 1))]
+        assert sum(entry == ("pass", 0) for entry in between) <= 2  # it ends in the next round
+        decoding.left = 0
+        assert decoding.done.wait(10)
+    finally:
+        turns.close()

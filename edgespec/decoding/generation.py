@@ -143,7 +143,8 @@ class Generation:
         assert not self._ran, "an answer runs once"
         self._ran = True
         if self.pair.turn.threaded:
-            yield from driven(self.pair.turn, self._run(), self.sequence, self.bound, self.stop)
+            turn, stopped = self.pair.turn, lambda: self.live.stopped
+            yield from driven(turn, self._run(), self.sequence, self.bound, self.stop, stopped)
             return
         steps = self._run()
         while True:

@@ -13,6 +13,12 @@ An answer that joins goes first in the next round, and the batch of a prompt bei
 when it joins stops (``arrival``, ``Model.yield_to``) and is read again after it: a short
 question's first token waits for its own prompt, not another's batch (about 1.5 s here).
 
+The engine's time is shared by time, not by turns: each answer is charged the seconds of
+its own work and its share of shared decodes, and an answer reading its prompt takes its
+next batch only once the answers decoding beside it have had as much. A batch of a prompt
+costs as much as a dozen steps or more; one batch per round would give a short answer one
+token per batch while a long prompt is read (1.5–3 s a token here).
+
 Why one thread: llama.cpp's CPU backend (OpenMP) keeps a team of compute threads per
 calling thread, and decodes called from several threads in turn run 20–30 % slower on a
 2-core machine than the same decodes from one (docs/sessions.md).
@@ -36,6 +42,11 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 T = TypeVar("T")
+# How far ahead of the least served answer a batch of a prompt may put its answer: a short
+# prompt (a question's: tens of tokens) or a draft model's batch goes on in the same round as
+# the others' steps, so answers started together still draft together; a long prompt's
+# batches (128 tokens: 1.5–3.5 s on a 2-core CPU) wait for the others' steps.
+AHEAD_S = 0.5
 # Several sequences' passes, ``(seq, tokens)``, decoded together: each one's logits rows.
 DecodePasses = Callable[[list[tuple[int, list[int]]]], list[np.ndarray]]
 
@@ -79,6 +90,11 @@ class Runner(Protocol):
     sequence: int
     finished: bool
 
+    @property
+    def stopping(self) -> bool:
+        """Stopped by its reader, and not yet ended: it is advanced at once, to end."""
+        ...
+
     def advance(self, result: Passed | BaseException | None) -> Pass | DraftPass | None:
         """Go on (with the last pass's result, or its error) to the next pass asked for;
         None when the turn ended without one (a batch of the prompt, or the end)."""
@@ -106,6 +122,9 @@ class Turns:
         self._calls: deque[tuple[Callable[[], object], Future]] = deque()
         self._runners: list[Runner] = []
         self._results: dict[int, Passed | BaseException] = {}  # by id(runner), for its next advance
+        self._spent: dict[int, float] = {}  # by id(runner): engine seconds charged to it
+        self._reading: set[int] = set()  # ids of runners whose last turn ended without a pass
+        self._batch_s: dict[int, float] = {}  # by id(runner): its longest turn reading its prompt
         self._closed = False
         # Set while an answer that joined waits for its first round: the prompt batch
         # decoding then stops (``Model.yield_to``) and is read again after the newcomer's.
@@ -175,7 +194,22 @@ class Turns:
             for call, future in calls:
                 _settle(future, call)
             if runners:
-                self._round(runners)
+                self._round(self._due(runners))
+
+    def _due(self, runners: list[Runner]) -> list[Runner]:
+        """The runners that go on this round: every answer decoding, and each answer
+        reading its prompt whose next batch would leave it at most ``AHEAD_S`` better
+        served than the least served (fair queuing by finish time: a batch costs a dozen
+        steps or more, so it waits until the answers decoding beside it have had about as
+        long; a short prompt's batch, or a draft model's, goes on at once). A newcomer
+        starts level with the least served."""
+        floor = min(self._spent.values(), default=0.0)
+        for runner in runners:
+            self._spent.setdefault(id(runner), floor)
+        finish = {id(r): self._spent[id(r)] + self._batch_s.get(id(r), 0.0) for r in runners}
+        first = min(finish.values())
+        due = first + AHEAD_S
+        return [r for r in runners if id(r) not in self._reading or finish[id(r)] <= due or r.stopping]
 
     def _round(self, runners: list[Runner]) -> None:
         """Each answer goes on to its target pass, its draft model's decodes on the way
@@ -186,10 +220,11 @@ class Turns:
         while drafting:
             drafts: list[tuple[Runner, Pass | DraftPass]] = []
             for runner in drafting:
-                wanted = runner.advance(self._results.pop(id(runner), None))
+                wanted = self._advance(runner)
                 if runner.finished:
                     with self._cond:
                         self._runners.remove(runner)
+                    self._forget(runner)
                 elif isinstance(wanted, DraftPass):
                     drafts.append((runner, wanted))
                 elif wanted is not None:
@@ -201,6 +236,26 @@ class Turns:
         if asked:
             assert self._decode_passes is not None, "a threaded engine decodes its answers' passes"
             self._decode(asked, self._decode_passes, self.weigh or float)
+
+    def _forget(self, runner: Runner) -> None:
+        self._spent.pop(id(runner), None)
+        self._batch_s.pop(id(runner), None)
+        self._reading.discard(id(runner))
+
+    def _advance(self, runner: Runner) -> Pass | DraftPass | None:
+        """The runner's next turn, its seconds charged to it (a batch of its prompt, read
+        within the turn, among them)."""
+        key, start = id(runner), self._clock()
+        wanted = runner.advance(self._results.pop(key, None))
+        seconds = self._clock() - start
+        self._spent[key] = self._spent.get(key, 0.0) + seconds
+        if wanted is None:
+            self._reading.add(key)
+            self._batch_s[key] = max(self._batch_s.get(key, 0.0), seconds)
+        else:
+            self._reading.discard(key)
+            self._batch_s.pop(key, None)
+        return wanted
 
     def _decode(
         self,
@@ -220,6 +275,7 @@ class Turns:
         for (runner, _), logits, weight in zip(asked, rows, weights, strict=True):
             share = seconds * weight / sum(weights)
             self._results[id(runner)] = Passed(logits, share, shared=len(asked) > 1)
+            self._spent[id(runner)] = self._spent.get(id(runner), 0.0) + share
 
     def _end(self) -> None:
         closed = RuntimeError("the engine is closed")
@@ -230,6 +286,9 @@ class Turns:
             runner.fail(closed)
         self._calls.clear()
         self._runners.clear()
+        self._spent.clear()
+        self._batch_s.clear()
+        self._reading.clear()
 
 
 def _settle(future: Future, call: Callable[[], object]) -> None:
@@ -250,12 +309,17 @@ class Driven:
     """An answer's steps as the engine thread drives them: what they yield, other than
     passes and pauses, goes to ``events`` for the thread that reads the answer."""
 
-    def __init__(self, steps: Steps, sequence: int, bound: Binding):
+    def __init__(self, steps: Steps, sequence: int, bound: Binding, stopped: Callable[[], bool] = bool):
         self.steps = steps
         self.sequence = sequence
         self.bound = bound
+        self._stopped = stopped
         self.finished = False
         self.events: queue.SimpleQueue = queue.SimpleQueue()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopped()
 
     def advance(self, result: Passed | BaseException | None) -> Pass | DraftPass | None:
         # A turn's events are handed over together: each hand-over wakes the reading
@@ -289,11 +353,17 @@ class Driven:
 
 
 def driven(
-    turns: Turns, steps: Steps, sequence: int, bound: Binding, stop: Callable[[], None]
+    turns: Turns,
+    steps: Steps,
+    sequence: int,
+    bound: Binding,
+    stop: Callable[[], None],
+    stopped: Callable[[], bool] = bool,
 ) -> Iterator[object]:
     """The events of an answer's ``steps`` that the engine thread runs (``bound`` binds its
-    sequence and cancel token to the models), as they come; ``stop`` ends the answer."""
-    runner = Driven(steps, sequence, bound)
+    sequence and cancel token to the models), as they come; ``stop`` ends the answer,
+    ``stopped`` says whether it was."""
+    runner = Driven(steps, sequence, bound, stopped)
     turns.join(runner)
     ended = False
     try:

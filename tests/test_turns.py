@@ -5,6 +5,7 @@ The runners here are plain scripted answers: what is tested is the scheduling.""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -19,6 +20,7 @@ class Scripted:
     recording what each pass gave."""
 
     stopping = False
+    told = False
 
     def __init__(self, sequence: int, passes: int, size: int = 1):
         self.sequence = sequence
@@ -296,14 +298,14 @@ def timed_decode(clock: Clock, cost: float, log: list):
 
 def test_a_prompt_being_read_shares_the_engine_by_time_with_the_answers_decoding():
     """A batch of a long prompt costs as much as many steps: the answer decoding beside it
-    gets about as many seconds between two batches as a batch takes, not one step."""
+    gets about a batch's seconds of steps between two batches, not one step."""
     clock, log = Clock(), []
     step, batch = AHEAD_S / 10, 4 * AHEAD_S
     turns = Turns(threaded=True, decode_passes=timed_decode(clock, step, log), clock=clock)
     blocker = threading.Event()
     held = threading.Thread(target=turns.run, args=(blocker.wait,))
     held.start()
-    decoding, reading = Scripted(0, 140), Reading(1, batches=4, cost=batch, clock=clock, log=log)
+    decoding, reading = Scripted(0, 300), Reading(1, batches=5, cost=batch, clock=clock, log=log)
     turns.join(decoding)
     turns.join(reading)
     blocker.set()
@@ -313,11 +315,31 @@ def test_a_prompt_being_read_shares_the_engine_by_time_with_the_answers_decoding
         turns.close()
     reads = [i for i, entry in enumerate(log) if entry == ("read", 1)]
     steps = [i for i, entry in enumerate(log) if entry == ("pass", 0)]
-    # The first batch is read before any step; the steps catch up with it and the next one
-    # (to within AHEAD_S: 70 steps); then each batch waits for a batch's time of steps.
+    # After the first batch the steps catch up with it and the next (to within AHEAD_S: 70
+    # steps); then each batch waits until the steps have had a batch's time again: 40.
     assert 69 <= sum(reads[0] < i < reads[1] for i in steps) <= 71
-    assert 39 <= sum(reads[1] < i < reads[2] for i in steps) <= 41
-    assert steps[-1] < reads[3]  # the 140 steps end before the fourth batch
+    for before, after in itertools.pairwise(reads[1:]):
+        assert 39 <= sum(before < i < after for i in steps) <= 41
+
+
+def test_long_prompts_read_alone_go_on_together():
+    """With no answer decoding, prompts being read take a batch each every round, as
+    before: they end about together and then decode in shared passes."""
+    clock, log = Clock(), []
+    turns = Turns(threaded=True, decode_passes=timed_decode(clock, AHEAD_S / 10, log), clock=clock)
+    blocker = threading.Event()
+    held = threading.Thread(target=turns.run, args=(blocker.wait,))
+    held.start()
+    readers = [Reading(seq, batches=4, cost=4 * AHEAD_S, clock=clock, log=log) for seq in range(3)]
+    for reader in readers:
+        turns.join(reader)
+    blocker.set()
+    try:
+        assert all(reader.done.wait(10) for reader in readers)
+    finally:
+        turns.close()
+    reads = [seq for kind, seq in log if kind == "read"]
+    assert reads == [2, 1, 0] * 4
 
 
 def test_an_answer_stopped_while_its_prompt_waits_ends_at_once():

@@ -42,10 +42,10 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 T = TypeVar("T")
-# How far ahead of the least served answer a batch of a prompt may put its answer: a short
-# prompt (a question's: tens of tokens) or a draft model's batch goes on in the same round as
-# the others' steps, so answers started together still draft together; a long prompt's
-# batches (128 tokens: 1.5–3.5 s on a 2-core CPU) wait for the others' steps.
+# A prompt whose batches take longer than this is a long one (128 tokens: 1.5–3.5 s on a
+# 2-core CPU), and each batch waits for the other answers' steps: how far ahead of the least
+# served answer a batch may put its answer. Shorter batches (a draft model's, a short
+# prompt's, any on a GPU) go on in every round, with the others' steps.
 AHEAD_S = 0.5
 # Several sequences' passes, ``(seq, tokens)``, decoded together: each one's logits rows.
 DecodePasses = Callable[[list[tuple[int, list[int]]]], list[np.ndarray]]
@@ -95,6 +95,11 @@ class Runner(Protocol):
         """Stopped by its reader, and not yet ended: it is advanced at once, to end."""
         ...
 
+    @property
+    def told(self) -> bool:
+        """Its last turn handed events (a token) to its reader."""
+        ...
+
     def advance(self, result: Passed | BaseException | None) -> Pass | DraftPass | None:
         """Go on (with the last pass's result, or its error) to the next pass asked for;
         None when the turn ended without one (a batch of the prompt, or the end)."""
@@ -123,8 +128,8 @@ class Turns:
         self._runners: list[Runner] = []
         self._results: dict[int, Passed | BaseException] = {}  # by id(runner), for its next advance
         self._spent: dict[int, float] = {}  # by id(runner): engine seconds charged to it
-        self._reading: set[int] = set()  # ids of runners whose last turn ended without a pass
-        self._batch_s: dict[int, float] = {}  # by id(runner): its longest turn reading its prompt
+        # By id(runner), while it reads its prompt: its longest turn so far (a batch).
+        self._batch_s: dict[int, float] = {}
         self._closed = False
         # Set while an answer that joined waits for its first round: the prompt batch
         # decoding then stops (``Model.yield_to``) and is read again after the newcomer's.
@@ -197,19 +202,26 @@ class Turns:
                 self._round(self._due(runners))
 
     def _due(self, runners: list[Runner]) -> list[Runner]:
-        """The runners that go on this round: every answer decoding, and each answer
-        reading its prompt whose next batch would leave it at most ``AHEAD_S`` better
-        served than the least served (fair queuing by finish time: a batch costs a dozen
-        steps or more, so it waits until the answers decoding beside it have had about as
-        long; a short prompt's batch, or a draft model's, goes on at once). A newcomer
-        starts level with the least served."""
+        """The runners that go on this round. An answer reading a long prompt (its
+        batches longer than ``AHEAD_S``) waits while other answers run, until its next
+        batch would leave it at most ``AHEAD_S`` better served than the least served of
+        them: fair queuing by finish time, so the others get about a batch's time of
+        steps between two batches. The others always go on; so do long prompts read
+        with nothing else running, in the same rounds. A newcomer starts level with the
+        least served."""
         floor = min(self._spent.values(), default=0.0)
         for runner in runners:
             self._spent.setdefault(id(runner), floor)
-        finish = {id(r): self._spent[id(r)] + self._batch_s.get(id(r), 0.0) for r in runners}
-        first = min(finish.values())
-        due = first + AHEAD_S
-        return [r for r in runners if id(r) not in self._reading or finish[id(r)] <= due or r.stopping]
+        heavy = {id(r) for r in runners if self._batch_s.get(id(r), 0.0) > AHEAD_S}
+        light = [r for r in runners if id(r) not in heavy]
+        if not heavy or not light:
+            return runners
+        due = min(self._finish(r) for r in light) + AHEAD_S
+        return [r for r in runners if id(r) not in heavy or self._finish(r) <= due or r.stopping]
+
+    def _finish(self, runner: Runner) -> float:
+        """The engine seconds the runner will have had after its next turn."""
+        return self._spent[id(runner)] + self._batch_s.get(id(runner), 0.0)
 
     def _round(self, runners: list[Runner]) -> None:
         """Each answer goes on to its target pass, its draft model's decodes on the way
@@ -240,7 +252,6 @@ class Turns:
     def _forget(self, runner: Runner) -> None:
         self._spent.pop(id(runner), None)
         self._batch_s.pop(id(runner), None)
-        self._reading.discard(id(runner))
 
     def _advance(self, runner: Runner) -> Pass | DraftPass | None:
         """The runner's next turn, its seconds charged to it (a batch of its prompt, read
@@ -249,12 +260,13 @@ class Turns:
         wanted = runner.advance(self._results.pop(key, None))
         seconds = self._clock() - start
         self._spent[key] = self._spent.get(key, 0.0) + seconds
-        if wanted is None:
-            self._reading.add(key)
-            self._batch_s[key] = max(self._batch_s.get(key, 0.0), seconds)
-        else:
-            self._reading.discard(key)
+        if wanted is not None:
             self._batch_s.pop(key, None)
+        elif not runner.told:
+            # (A turn that sent the first token is no batch: a short question's whole prompt
+            # and first token must not make it wait like a long prompt. A batch cut short by
+            # a newcomer leaves the estimate as it was.)
+            self._batch_s[key] = max(self._batch_s.get(key, 0.0), seconds)
         return wanted
 
     def _decode(
@@ -288,7 +300,6 @@ class Turns:
         self._runners.clear()
         self._spent.clear()
         self._batch_s.clear()
-        self._reading.clear()
 
 
 def _settle(future: Future, call: Callable[[], object]) -> None:
@@ -315,6 +326,7 @@ class Driven:
         self.bound = bound
         self._stopped = stopped
         self.finished = False
+        self.told = False
         self.events: queue.SimpleQueue = queue.SimpleQueue()
 
     @property
@@ -340,6 +352,7 @@ class Driven:
         except Exception as error:  # the reading thread raises it
             self._end([*events, error])
             return None
+        self.told = bool(events)
         if events:
             self.events.put(events)
         return None if isinstance(item, Pause) else item

@@ -13,11 +13,11 @@ An answer that joins goes first in the next round, and the batch of a prompt bei
 when it joins stops (``arrival``, ``Model.yield_to``) and is read again after it: a short
 question's first token waits for its own prompt, not another's batch (about 1.5 s here).
 
-The engine's time is shared by time, not by turns: each answer is charged the seconds of
-its own work and its share of shared decodes, and an answer reading its prompt takes its
-next batch only once the answers decoding beside it have had as much. A batch of a prompt
-costs as much as a dozen steps or more; one batch per round would give a short answer one
-token per batch while a long prompt is read (1.5–3 s a token here).
+The engine is shared by time, not by turns: each answer is charged the seconds of its own
+turns and its share of shared decodes, and an answer reading a long prompt takes its next
+batch only once the other answers have had about as long (``Turns._due``). A batch of a
+long prompt costs as much as a dozen steps or more; one batch per round would give a short
+answer one token per batch while a long prompt is read (1.5–3.5 s a token here).
 
 Why one thread: llama.cpp's CPU backend (OpenMP) keeps a team of compute threads per
 calling thread, and decodes called from several threads in turn run 20–30 % slower on a
@@ -320,7 +320,7 @@ class Driven:
     """An answer's steps as the engine thread drives them: what they yield, other than
     passes and pauses, goes to ``events`` for the thread that reads the answer."""
 
-    def __init__(self, steps: Steps, sequence: int, bound: Binding, stopped: Callable[[], bool] = bool):
+    def __init__(self, steps: Steps, sequence: int, bound: Binding, stopped: Callable[[], bool]):
         self.steps = steps
         self.sequence = sequence
         self.bound = bound
@@ -371,7 +371,7 @@ def driven(
     sequence: int,
     bound: Binding,
     stop: Callable[[], None],
-    stopped: Callable[[], bool] = bool,
+    stopped: Callable[[], bool],
 ) -> Iterator[object]:
     """The events of an answer's ``steps`` that the engine thread runs (``bound`` binds its
     sequence and cancel token to the models), as they come; ``stop`` ends the answer,

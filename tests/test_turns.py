@@ -72,14 +72,13 @@ def run_all(turns: Turns, runners: list[Scripted]) -> None:
         assert runner.done.wait(10)
 
 
-def test_the_passes_of_the_answers_running_at_once_are_one_decode():
-    decode = Recorder()
-    turns = Turns(threaded=True, decode_passes=decode)
-    # Held up by a call, so that all three join before the first round.
+def run_together(turns: Turns, runners: list) -> None:
+    """``runners`` joined while the engine is held by a call, so that all of them join
+    before the first round (the last joined first in it); then each runs to its end, and
+    the engine is closed."""
     blocker = threading.Event()
     held = threading.Thread(target=turns.run, args=(blocker.wait,))
     held.start()
-    runners = [Scripted(0, 3), Scripted(1, 5), Scripted(2, 1, size=4)]
     for runner in runners:
         turns.join(runner)
     blocker.set()
@@ -88,6 +87,13 @@ def test_the_passes_of_the_answers_running_at_once_are_one_decode():
             assert runner.done.wait(10)
     finally:
         turns.close()
+
+
+def test_the_passes_of_the_answers_running_at_once_are_one_decode():
+    decode = Recorder()
+    turns = Turns(threaded=True, decode_passes=decode)
+    runners = [Scripted(0, 3), Scripted(1, 5), Scripted(2, 1, size=4)]
+    run_together(turns, runners)
     # The one that joined last goes first: a new answer is read before the others step.
     assert decode.calls == [[2, 1, 0], [1, 0], [1, 0], [1], [1]]
     for runner in runners:
@@ -184,17 +190,8 @@ def test_unthreaded_calls_run_in_the_callers_thread():
 def test_a_shared_decode_is_charged_by_what_each_pass_would_cost_alone():
     turns = Turns(threaded=True, decode_passes=Recorder())
     turns.weigh = lambda k: 1.0 + 0.25 * (k - 1)  # a pass of 5 tokens costs 2 of 1 token
-    blocker = threading.Event()
-    held = threading.Thread(target=turns.run, args=(blocker.wait,))
-    held.start()
     one, five = Scripted(0, 1), Scripted(1, 1, size=5)
-    turns.join(one)
-    turns.join(five)
-    blocker.set()
-    try:
-        assert one.done.wait(10) and five.done.wait(10)
-    finally:
-        turns.close()
+    run_together(turns, [one, five])
     shares = [runner.results[0].seconds for runner in (one, five)]  # type: ignore[union-attr]
     assert shares[1] == pytest.approx(2 * shares[0])
 
@@ -236,17 +233,8 @@ def test_the_answers_draft_model_decodes_are_batched_before_their_passes():
         return decode
 
     turns = Turns(threaded=True, decode_passes=recorder("target"), decode_drafts=recorder("draft"))
-    blocker = threading.Event()
-    held = threading.Thread(target=turns.run, args=(blocker.wait,))
-    held.start()
     short, long, plain = Drafting(0, 2, drafts=1), Drafting(1, 2, drafts=3), Scripted(2, 2)
-    for runner in (short, long, plain):
-        turns.join(runner)
-    blocker.set()
-    try:
-        assert all(runner.done.wait(10) for runner in (short, long, plain))
-    finally:
-        turns.close()
+    run_together(turns, [short, long, plain])
     # Each pass is asked as its answer's drafting ends; the decode orders them by sequence.
     one_round = [("draft", [1, 0]), ("draft", [1]), ("draft", [1]), ("target", [2, 0, 1])]
     assert log == one_round * 2
@@ -302,17 +290,8 @@ def test_a_prompt_being_read_shares_the_engine_by_time_with_the_answers_decoding
     clock, log = Clock(), []
     step, batch = AHEAD_S / 10, 4 * AHEAD_S
     turns = Turns(threaded=True, decode_passes=timed_decode(clock, step, log), clock=clock)
-    blocker = threading.Event()
-    held = threading.Thread(target=turns.run, args=(blocker.wait,))
-    held.start()
     decoding, reading = Scripted(0, 300), Reading(1, batches=5, cost=batch, clock=clock, log=log)
-    turns.join(decoding)
-    turns.join(reading)
-    blocker.set()
-    try:
-        assert decoding.done.wait(10) and reading.done.wait(10)
-    finally:
-        turns.close()
+    run_together(turns, [decoding, reading])
     reads = [i for i, entry in enumerate(log) if entry == ("read", 1)]
     steps = [i for i, entry in enumerate(log) if entry == ("pass", 0)]
     # After the first batch the steps catch up with it and the next (to within AHEAD_S: 70
@@ -327,17 +306,8 @@ def test_long_prompts_read_alone_go_on_together():
     before: they end about together and then decode in shared passes."""
     clock, log = Clock(), []
     turns = Turns(threaded=True, decode_passes=timed_decode(clock, AHEAD_S / 10, log), clock=clock)
-    blocker = threading.Event()
-    held = threading.Thread(target=turns.run, args=(blocker.wait,))
-    held.start()
     readers = [Reading(seq, batches=4, cost=4 * AHEAD_S, clock=clock, log=log) for seq in range(3)]
-    for reader in readers:
-        turns.join(reader)
-    blocker.set()
-    try:
-        assert all(reader.done.wait(10) for reader in readers)
-    finally:
-        turns.close()
+    run_together(turns, readers)
     reads = [seq for kind, seq in log if kind == "read"]
     assert reads == [2, 1, 0] * 4
 

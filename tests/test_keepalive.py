@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 from edgespec.server import wires
 from edgespec.server.pipeline import SSE_COMMENT, keepalive
-from tests.test_anthropic_wire import Answer, chat_chunks, sdk_stream, translate
-from tests.test_responses_wire import STREAMS, chat_answer, run_stream, sdk_client
+from tests.anthropic_wire_cases import Answer, chat_chunks, sdk_stream, translate
+from tests.responses_wire_cases import STREAMS, chat_answer, run_stream, sdk_client
 
 BEAT = "beat"
 

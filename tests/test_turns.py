@@ -257,9 +257,10 @@ class Reading(Scripted):
     """An answer reading its prompt: ``batches`` turns that each cost ``cost`` seconds and
     ask for no pass; then its passes. Stopped, it ends at its next turn."""
 
-    def __init__(self, sequence: int, batches: int, cost: float, clock: Clock, log: list):
+    def __init__(self, sequence: int, batches: int, cost: float, clock: Clock, log: list, read=lambda: None):
         super().__init__(sequence, passes=1)
         self.batches, self.cost, self.clock, self.log = batches, cost, clock, log
+        self.read = read  # called after each batch
 
     def advance(self, result: Passed | BaseException | None) -> Pass | None:
         if self.stopping:
@@ -271,7 +272,27 @@ class Reading(Scripted):
             self.batches -= 1
             self.clock.now += self.cost
             self.log.append(("read", self.sequence))
+            self.read()
             return None
+        return super().advance(result)
+
+
+class Asking(Scripted):
+    """A short question: its first turn reads its whole prompt (``prompt_s`` seconds) and
+    sends its first token; then one step a turn."""
+
+    told = True
+
+    def __init__(self, sequence: int, passes: int, prompt_s: float, clock: Clock, log: list):
+        super().__init__(sequence, passes)
+        self.prompt_s, self.clock, self.log = prompt_s, clock, log
+        self.asked = False
+
+    def advance(self, result: Passed | BaseException | None) -> Pass | None:
+        if not self.asked:
+            self.asked = True
+            self.clock.now += self.prompt_s
+            self.log.append(("asked", self.sequence))
         return super().advance(result)
 
 
@@ -299,6 +320,32 @@ def test_a_prompt_being_read_shares_the_engine_by_time_with_the_answers_decoding
     assert 69 <= sum(reads[0] < i < reads[1] for i in steps) <= 71
     for before, after in itertools.pairwise(reads[1:]):
         assert 39 <= sum(before < i < after for i in steps) <= 41
+
+
+def test_a_question_asked_while_a_long_prompt_is_read_is_not_charged_its_prompt():
+    """The question's prompt and first token take one turn, which is not charged: after it,
+    the question gets its share of steps before the long prompt's next batch (a batch less
+    AHEAD_S: 30 steps), not that share less what its prompt took (10)."""
+    clock, log = Clock(), []
+    step, batch = AHEAD_S / 10, 4 * AHEAD_S
+    turns = Turns(threaded=True, decode_passes=timed_decode(clock, step, log), clock=clock)
+    question = Asking(0, passes=200, prompt_s=2 * AHEAD_S, clock=clock, log=log)
+    joined = []
+
+    def ask_once() -> None:
+        if not joined:
+            turns.join(question)
+            joined.append(question)
+
+    reading = Reading(1, batches=3, cost=batch, clock=clock, log=log, read=ask_once)
+    try:
+        turns.join(reading)
+        assert reading.done.wait(10) and question.done.wait(10)
+    finally:
+        turns.close()
+    asked, reads = log.index(("asked", 0)), [i for i, entry in enumerate(log) if entry == ("read", 1)]
+    assert reads[0] < asked < reads[1]
+    assert 29 <= sum(asked < i < reads[1] and entry == ("pass", 0) for i, entry in enumerate(log)) <= 31
 
 
 def test_long_prompts_read_alone_go_on_together():

@@ -1,33 +1,24 @@
 """The Anthropic Messages wire format (``server.anthropic``), model-free: requests become
-chat bodies, chat answers become Messages and stream events. Every produced body and
-event is checked against the official ``anthropic`` SDK's own types, and each stream is
-read back by the SDK's own client (its SSE parser and accumulator, over a mock transport)
-and must rebuild the Message the non-streaming path makes from the same answer."""
+chat bodies (checked through real chat templates and against the ``anthropic`` SDK's own
+requests), and what cannot be translated is refused or listed by name."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anthropic
-import pydantic
 import pytest
-from anthropic.types import ErrorResponse, Message, MessageTokensCount, RawMessageStreamEvent
+from anthropic.types import MessageTokensCount
 
 from edgespec.runtime.chat_template import render_template
 from edgespec.runtime.messages import normalise_messages
 from edgespec.server import anthropic as wire
 from edgespec.server.errors import ApiError
+from tests.anthropic_wire_cases import MODEL, Answer, call, chat_answer, sdk_client
 
 TEMPLATES = Path(__file__).resolve().parent / "fixtures" / "templates"
-MODEL = "claude-sonnet-4-6"
-MSG_ID = "msg_0123456789abcdef01234567"
-CHAT_ID = "chatcmpl-0123456789abcdef01234567"
-EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 WEATHER = {
     "name": "get_weather",
     "description": "The weather in a city.",
@@ -49,10 +40,6 @@ def body(**fields: Any) -> dict:
 
 def turn(role: str, *blocks: dict) -> dict:
     return {"role": role, "content": list(blocks)}
-
-
-def call(call_id: str, arguments: str, name: str = "get_weather") -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def rendered(template: str, chat: dict) -> str:
@@ -347,15 +334,6 @@ def test_sampling_streaming_structured_output_and_edgespec_fields_pass_through()
     assert "stream_options" not in wire.chat_body(body(stream=False))[0]
 
 
-def sdk_client(handler: Callable[[Any], Any]) -> anthropic.Anthropic:
-    """The SDK's own client over a mock transport of the HTTP library it is built on."""
-    http = sys.modules[anthropic.DefaultHttpxClient.__mro__[1].__module__.split(".")[0]]
-    client = http.Client(transport=http.MockTransport(handler))
-    return anthropic.Anthropic(
-        api_key="test", base_url="http://edgespec.test", http_client=client, max_retries=0
-    )
-
-
 def test_the_sdks_own_request_translates():
     sent: list[dict] = []
     answer = wire.whole(chat_answer(Answer(text=["Sunny."])), MODEL)
@@ -451,283 +429,6 @@ def test_a_claude_code_shaped_request_translates():
     )
     text = rendered("qwen3", chat)
     assert '"name": "Edit"' in text and "<tool_response>\n3 passed\n</tool_response>" in text
-
-
-# -- answers -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One chat answer, as the pieces its stream carries."""
-
-    thinking: Sequence[str] = ()
-    text: Sequence[str] = ()
-    calls: Sequence[tuple[str, str, list[str]]] = ()  # (id, name, argument pieces)
-    finish: str = "stop"
-    stop: str = "eos"
-    stop_sequence: str | None = None
-
-
-def chat_answer(answer: Answer) -> dict:
-    """The whole chat.completion body of the answer."""
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(answer.text) or None}
-    if answer.thinking:
-        message["reasoning_content"] = "".join(answer.thinking)
-    if answer.calls:
-        message["tool_calls"] = [call(i, "".join(pieces), name) for i, name, pieces in answer.calls]
-    choice = {"index": 0, "message": message, "finish_reason": answer.finish, "stop_reason": answer.stop}
-    choice["stop_sequence"] = answer.stop_sequence
-    head = {"id": CHAT_ID, "object": "chat.completion", "created": 1700000000, "model": "qwen3-8b"}
-    return {**head, "choices": [choice], "usage": USAGE, "timings": TIMINGS, "speculation": SPECULATION}
-
-
-USAGE = {"prompt_tokens": 120, "completion_tokens": 9, "total_tokens": 129}
-USAGE |= {"prompt_tokens_details": {"cached_tokens": 100}, "completion_tokens_details": {}}
-ANTHROPIC_USAGE = {"input_tokens": 20, "output_tokens": 9, "cache_read_input_tokens": 100}
-ANTHROPIC_USAGE |= {"cache_creation_input_tokens": 0}
-TIMINGS = {"prompt_n": 20, "cache_n": 100, "predicted_n": 9, "decode_per_second": 41.5}
-SPECULATION = {"drafter": "auto", "gamma": "auto", "steps": 4, "tau": 2.0}
-
-
-def chat_chunks(answer: Answer) -> list[dict]:
-    """The same answer as the chat stream's chunks, in the contract's order."""
-    head = {"id": CHAT_ID, "object": "chat.completion.chunk", "created": 1700000000, "model": "qwen3-8b"}
-
-    def chunk(delta: dict, finish: str | None = None, **extra: Any) -> dict:
-        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, **extra}]}
-
-    out = [chunk({"role": "assistant", "content": ""})]
-    out += [chunk({"reasoning_content": piece}) for piece in answer.thinking]
-    out += [chunk({"content": piece}) for piece in answer.text]
-    for index, (call_id, name, pieces) in enumerate(answer.calls):
-        function = {"name": name, "arguments": ""}
-        out.append(
-            chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": function}]})
-        )
-        out += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]}) for p in pieces]
-    out.append(chunk({}, answer.finish, stop_reason=answer.stop, stop_sequence=answer.stop_sequence))
-    out.append({**head, "choices": [], "usage": USAGE, "timings": TIMINGS, "speculation": SPECULATION})
-    return out
-
-
-def translate(chunks: list[dict]) -> list[str]:
-    stream = wire.MessageStream(MODEL, MSG_ID)
-    texts: list[str] = []
-    for chunk in chunks:
-        texts += stream.feed(chunk)
-    texts += stream.finish()
-    assert stream.finish() == [] and stream.feed(chat_chunks(Answer(text=["late"]))[1]) == []  # (it is over)
-    return texts
-
-
-def events(texts: list[str]) -> list[dict]:
-    """Each SSE text parsed and checked: ``event: NAME``, ``data: JSON`` naming the same
-    type, and (but for ``ping`` and ``error``) valid as the SDK's stream event."""
-    found = []
-    for text in texts:
-        head, data, rest = text.split("\n", 2)
-        assert rest == "\n" and head.startswith("event: ") and data.startswith("data: ")
-        payload = json.loads(data.removeprefix("data: "))
-        assert payload["type"] == head.removeprefix("event: ")
-        if payload["type"] == "error":
-            ErrorResponse.model_validate(payload)
-        elif payload["type"] != "ping":
-            EVENT.validate_python(payload)
-        found.append(payload)
-    return found
-
-
-def sdk_stream(texts: list[str]) -> Any:
-    """The Message the SDK's own client accumulates from the stream."""
-
-    def respond(request: Any) -> Any:
-        http = sys.modules[type(request).__module__.split(".")[0]]
-        return http.Response(
-            200, headers={"content-type": "text/event-stream"}, content="".join(texts).encode()
-        )
-
-    client = sdk_client(respond)
-    with client.messages.stream(
-        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
-    ) as s:
-        return s.get_final_message()
-
-
-SHORT = {"content_block_start": "start", "content_block_stop": "stop", "message_start": "begin"}
-SHORT |= {"message_delta": "end", "message_stop": "over", "ping": "ping", "error": "error"}
-SHORT |= {"text_delta": "text", "thinking_delta": "think", "signature_delta": "sign"}
-SHORT |= {"input_json_delta": "json"}
-
-
-def names(found: list[dict]) -> str:
-    """The events in short: a block delta by its delta's type."""
-    return " ".join(
-        SHORT[e["delta"]["type"] if e["type"] == "content_block_delta" else e["type"]] for e in found
-    )
-
-
-PARIS = ("call_1", "get_weather", ['{"city":"Paris"}'])
-CASES = {
-    "text": Answer(text=["Hel", "lo."]),
-    "thinking then text": Answer(thinking=["Let me ", "think."], text=["Hi!"]),
-    "text then a call": Answer(
-        text=["Checking."], calls=[("call_abc", "get_weather", ['{"city":', '"Paris"}'])], finish="tool_calls"
-    ),
-    "empty": Answer(),
-    "cut": Answer(thinking=["Still thin"], finish="length", stop="max_tokens"),
-    "stop string": Answer(text=["Done"], stop="stop_string", stop_sequence="END"),
-    "two calls": Answer(calls=[PARIS, ("call_2", "get_weather", [])], finish="tool_calls"),
-}
-EVENT_NAMES = {
-    "text": "start text text stop",
-    "thinking then text": "start think think sign stop start text stop",
-    "text then a call": "start text stop start json json stop",
-    "empty": "",
-    "cut": "start think sign stop",
-    "stop string": "start text stop",
-    "two calls": "start json stop start stop",
-}
-CONTENT = {
-    "text": [{"type": "text", "text": "Hello."}],
-    "thinking then text": [
-        {"type": "thinking", "thinking": "Let me think.", "signature": wire.SIGNATURE},
-        {"type": "text", "text": "Hi!"},
-    ],
-    "text then a call": [
-        {"type": "text", "text": "Checking."},
-        {"type": "tool_use", "id": "toolu_call_abc", "name": "get_weather", "input": {"city": "Paris"}},
-    ],
-    "empty": [],
-    "cut": [{"type": "thinking", "thinking": "Still thin", "signature": wire.SIGNATURE}],
-    "stop string": [{"type": "text", "text": "Done"}],
-    "two calls": [
-        {"type": "tool_use", "id": "toolu_call_1", "name": "get_weather", "input": {"city": "Paris"}},
-        {"type": "tool_use", "id": "toolu_call_2", "name": "get_weather", "input": {}},
-    ],
-}
-STOPS = {
-    "text then a call": ("tool_use", None),
-    "two calls": ("tool_use", None),
-    "cut": ("max_tokens", None),
-    "stop string": ("stop_sequence", "END"),
-}
-
-
-def blocks(message: Any) -> list[dict]:
-    return [block.to_dict() for block in message.content]
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_whole_answer_is_a_valid_message(case: str):
-    out = wire.whole(chat_answer(CASES[case]), MODEL)
-    message = Message.model_validate(out)
-    assert (out["id"], message.model, message.type, message.role) == (MSG_ID, MODEL, "message", "assistant")
-    assert out["content"] == CONTENT[case] and blocks(message) == CONTENT[case]
-    assert (message.stop_reason, message.stop_sequence) == STOPS.get(case, ("end_turn", None))
-    assert out["usage"] == ANTHROPIC_USAGE
-    assert (out["timings"], out["speculation"]) == (TIMINGS, SPECULATION)
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_stream_rebuilds_the_whole_message(case: str):
-    texts = translate(chat_chunks(CASES[case]))
-    found = events(texts)
-    assert names(found) == " ".join(filter(None, ["begin ping", EVENT_NAMES[case], "end over"]))
-    start = found[0]["message"]
-    assert (start["id"], start["model"], start["content"], start["stop_reason"]) == (MSG_ID, MODEL, [], None)
-    indexes = [e["index"] for e in found if "index" in e]
-    assert indexes == sorted(indexes) and sorted(set(indexes)) == list(range(len(CONTENT[case])))
-    stop_reason, stop_sequence = STOPS.get(case, ("end_turn", None))
-    assert found[-2]["delta"] == {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-    assert found[-2]["usage"] == ANTHROPIC_USAGE
-    assert (found[-2]["timings"], found[-2]["speculation"]) == (TIMINGS, SPECULATION)
-
-    final = sdk_stream(texts)
-    whole = Message.model_validate(wire.whole(chat_answer(CASES[case]), MODEL))
-    assert blocks(final) == blocks(whole) == CONTENT[case]
-    assert (final.id, final.model, final.stop_reason, final.stop_sequence) == (
-        MSG_ID,
-        MODEL,
-        stop_reason,
-        stop_sequence,
-    )
-    assert (whole.id, whole.stop_reason, whole.stop_sequence) == (MSG_ID, stop_reason, stop_sequence)
-    assert final.usage.to_dict() == whole.usage.to_dict() == ANTHROPIC_USAGE
-
-
-def test_call_arguments_stream_as_partial_json_pieces():
-    found = events(translate(chat_chunks(CASES["text then a call"])))
-    block = {"type": "tool_use", "id": "toolu_call_abc", "name": "get_weather", "input": {}}
-    assert found[5] == {"type": "content_block_start", "index": 1, "content_block": block}
-    assert [e["delta"] for e in found[6:8]] == [
-        {"type": "input_json_delta", "partial_json": '{"city":'},
-        {"type": "input_json_delta", "partial_json": '"Paris"}'},
-    ]
-    assert found[8] == {"type": "content_block_stop", "index": 1}
-
-
-def test_a_stream_without_usage_chunk_still_closes():
-    chunks = chat_chunks(Answer(text=["Hi"]))[:-1]  # (no usage chunk: the finish chunk is the last)
-    found = events(translate(chunks))
-    end = {"stop_reason": "end_turn", "stop_sequence": None}
-    assert found[-2:] == [
-        {"type": "message_delta", "delta": end, "usage": {"output_tokens": 0}},
-        {"type": "message_stop"},
-    ]
-    assert names(events(translate([]))) == "begin ping end over"  # (no chunk at all)
-    # The prompt's size, where the server knows it at the start, survives to the end.
-    stream = wire.MessageStream(MODEL, MSG_ID, input_tokens=50)
-    texts = [text for chunk in chunks for text in stream.feed(chunk)] + stream.finish()
-    assert events(texts)[0]["message"]["usage"]["input_tokens"] == 50
-    assert sdk_stream(texts).usage.input_tokens == 50
-
-
-def test_thinking_tokens_are_reported_apart():
-    usage = {**USAGE, "completion_tokens_details": {"reasoning_tokens": 6}}
-    out = wire.whole({**chat_answer(CASES["cut"]), "usage": usage}, MODEL)
-    assert out["usage"] == {**ANTHROPIC_USAGE, "output_tokens_details": {"thinking_tokens": 6}}
-    assert Message.model_validate(out).usage.output_tokens_details.thinking_tokens == 6
-
-
-def test_an_error_chunk_ends_the_stream_with_an_error_event():
-    failure = {
-        "message": "generation failed: RuntimeError",
-        "type": "server_error",
-        "param": None,
-        "code": None,
-    }
-    chunks = [
-        *chat_chunks(Answer(text=["Hel", "lo"]))[:2],
-        {"error": failure},
-        *chat_chunks(Answer(text=["more"])),
-    ]
-    texts = translate(chunks)  # (nothing after the error is sent)
-    found = events(texts)
-    assert names(found) == "begin ping start text error"
-    assert found[-1] == {"type": "error", "error": {"type": "api_error", "message": failure["message"]}}
-    with pytest.raises(anthropic.APIStatusError) as caught:
-        sdk_stream(texts)
-    assert caught.value.body == found[-1]
-    bad = wire.MessageStream(MODEL, MSG_ID).feed(
-        {"error": {"message": "bad", "type": "invalid_request_error"}}
-    )
-    error = {"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}
-    assert bad == [f"event: error\ndata: {json.dumps(error)}\n\n"]
-    busy = wire.MessageStream(MODEL, MSG_ID).feed({"error": {"message": "busy", "code": "server_busy"}})
-    assert events(busy)[-1]["error"] == {"type": "overloaded_error", "message": "busy"}
-
-
-ERRORS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error"}
-ERRORS |= {404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error"}
-ERRORS |= {503: "overloaded_error", 529: "overloaded_error", 422: "invalid_request_error", 502: "api_error"}
-
-
-@pytest.mark.parametrize(("status", "kind"), ERRORS.items())
-def test_error_body_types_follow_the_status(status: int, kind: str):
-    out = wire.error_body(status, "something went wrong")
-    assert out == {"type": "error", "error": {"type": kind, "message": "something went wrong"}}
-    if kind != "request_too_large":  # (a type Anthropic documents that the SDK's union lacks)
-        assert ErrorResponse.model_validate(out).error.type == kind
 
 
 def test_claude_codes_system_message_and_deferred_tools() -> None:

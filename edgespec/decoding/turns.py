@@ -130,6 +130,8 @@ class Turns:
         self._spent: dict[int, float] = {}  # by id(runner): engine seconds charged to it
         # By id(runner), while it reads its prompt: its longest turn so far (a batch).
         self._batch_s: dict[int, float] = {}
+        # By id(runner): the answers that joined and have not had a turn yet.
+        self._new: set[int] = set()
         self._closed = False
         # Set while an answer that joined waits for its first round: the prompt batch
         # decoding then stops (``Model.yield_to``) and is read again after the newcomer's.
@@ -208,10 +210,13 @@ class Turns:
         them: fair queuing by finish time, so the others get about a batch's time of
         steps between two batches. The others always go on; so do long prompts read
         with nothing else running, in the same rounds. A newcomer starts level with the
-        least served."""
+        least served (and its first turn, a short prompt read whole, is not charged:
+        ``_advance``)."""
         floor = min(self._spent.values(), default=0.0)
         for runner in runners:
-            self._spent.setdefault(id(runner), floor)
+            if id(runner) not in self._spent:
+                self._spent[id(runner)] = floor
+                self._new.add(id(runner))
         heavy = {id(r) for r in runners if self._batch_s.get(id(r), 0.0) > AHEAD_S}
         light = [r for r in runners if id(r) not in heavy]
         if not heavy or not light:
@@ -252,6 +257,7 @@ class Turns:
     def _forget(self, runner: Runner) -> None:
         self._spent.pop(id(runner), None)
         self._batch_s.pop(id(runner), None)
+        self._new.discard(id(runner))
 
     def _advance(self, runner: Runner) -> Pass | DraftPass | None:
         """The runner's next turn, its seconds charged to it (a batch of its prompt, read
@@ -259,6 +265,13 @@ class Turns:
         key, start = id(runner), self._clock()
         wanted = runner.advance(self._results.pop(key, None))
         seconds = self._clock() - start
+        if key in self._new:
+            self._new.discard(key)
+            if runner.told:
+                # A prompt read whole in its first turn, and its first token sent, is not
+                # charged: a short question asked while a long prompt is read gets its
+                # share of steps after it, so its short answer ends before the next batch.
+                seconds = 0.0
         self._spent[key] = self._spent.get(key, 0.0) + seconds
         if wanted is not None:
             self._batch_s.pop(key, None)
@@ -300,6 +313,7 @@ class Turns:
         self._runners.clear()
         self._spent.clear()
         self._batch_s.clear()
+        self._new.clear()
 
 
 def _settle(future: Future, call: Callable[[], object]) -> None:

@@ -290,6 +290,25 @@ def test_a_prompt_batch_yields_to_an_arrival_and_reads_the_same_again(target: Mo
     assert np.array_equal(again, reference)
 
 
+def test_an_unthreaded_engine_leaves_what_the_batches_yield_to(target: Model) -> None:
+    """The benchmark's recordings and ceilings make unthreaded engines over the models a
+    threaded one drives: the threaded engine's arrivals still stop its prompt batches."""
+    engine = Engine(target, threaded=True)
+    try:
+        Engine(target)
+        tokens = target.tokenize("The lighthouse keeper counted the ships. " * 12)[:100]
+        target.use(0)
+        target.reset()
+        engine.turn.arrival.set()
+        with pytest.raises(DecodeYielded):
+            target.decode(tokens, 0, yielding=True)
+    finally:
+        engine.turn.arrival.clear()
+        engine.turn.close()
+        target.yield_to(threading.Event())
+    assert target.tokens == []
+
+
 def test_an_answer_whose_batches_yield_reads_each_again_and_answers_the_same(pair) -> None:
     """Every batch of the prompt yields once (an arrival that stays set), is read again the
     next turn, and the answer is the one it gives without arrivals."""
@@ -299,13 +318,17 @@ def test_an_answer_whose_batches_yield_reads_each_again_and_answers_the_same(pai
     expected = raw_turns(pair, plain)
     expected_text = plain.text.text
     fresh(pair)
-    arrival = pair.engine.turn.arrival
+    arrival = threading.Event()
+    models = [pair.target, pair.draft]
+    for model in models:
+        model.yield_to(arrival)
     arrival.set()
     try:
         answer = pair.start(pair.request(text, drafter="none", max_tokens=8))
         seen = raw_turns(pair, answer)
     finally:
-        arrival.clear()
+        for model in models:
+            model.yield_to(threading.Event())
     batches_read = expected.index("token")  # a pause after each batch but the last
     assert seen[: 2 * batches_read] == ["pause:0"] * (2 * batches_read) and batches_read >= 2
     assert seen[2 * batches_read :] == expected[batches_read:]

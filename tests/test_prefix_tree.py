@@ -18,6 +18,15 @@ from edgespec.runtime.prefix_tree import PrefixTree
 from edgespec.runtime.state_file import Provenance, StateFileError
 
 
+def test_a_look_at_what_is_shared_marks_nothing_used():
+    tree: PrefixTree[str] = PrefixTree(2)
+    tree.insert([1, 2, 3], "old", 1)
+    tree.insert([4, 5], "new", 1)
+    assert (tree.shared([1, 2, 3, 4]), tree.shared([1, 9]), tree.shared([6])) == (3, 1, 0)
+    gone = tree.insert([7], "newest", 1)  # over the budget: the least recently used goes
+    assert [entry.value for entry in gone] == ["old"]
+
+
 def test_longest_match_is_the_key_sharing_most():
     tree: PrefixTree[str] = PrefixTree(1000)
     tree.insert([1, 2, 3, 4, 5], "a", 1)

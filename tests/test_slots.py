@@ -28,6 +28,22 @@ def test_a_prompt_goes_to_the_slot_holding_most_of_it():
             assert slots.busy == 2
 
 
+def test_what_the_prompt_cache_holds_counts_as_held_by_every_slot():
+    """Two conversations taking turns keep a slot each: the one sharing only a header with
+    another's slot takes an empty one, and a conversation the cache holds goes to the slot
+    that throws away least, not into the other conversation's."""
+    held = {0: [1, 2, 3, 4, 5, 6], 1: [], 2: [1, 2, 7]}
+    stored = {(1, 2, 8, 9, 9): 5}
+    slots = Slots(len(held), lambda seq: held[seq], lambda prompt: stored.get(tuple(prompt), 0))
+    never = threading.Event()
+    with slots.lease([1, 2, 8, 9, 9], never) as seq:
+        assert seq == 1  # all three hold at least 2 of it, counting the cache: 1 loses nothing
+    with slots.lease([1, 2, 3, 4, 5, 6, 7], never) as seq:
+        assert seq == 0  # its own history
+    with slots.lease([1, 2, 7, 8], never) as seq:
+        assert seq == 2
+
+
 def test_without_a_shared_prefix_the_slot_idle_longest_is_taken():
     slots = make({0: [], 1: [], 2: []})
     never = threading.Event()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import signal
 import socket
 import sys
 import threading
@@ -149,6 +150,7 @@ def run_serve(args: argparse.Namespace) -> int:
             name="edgespec-load",
             daemon=True,
         ).start()
+    _end_on_sigterm()
     try:
         server.run(sockets=[sock])
     finally:
@@ -163,6 +165,15 @@ def run_serve(args: argparse.Namespace) -> int:
     if failure:
         raise EdgespecError(failure[0])
     return 0
+
+
+def _end_on_sigterm() -> None:
+    """uvicorn shuts down gracefully on SIGTERM and then raises the signal again with the
+    handler it found: the default one would kill the process before the pair is closed,
+    and the prompt cache would keep nothing of the slots on disk. This one ends it as an
+    exit does, through the ``finally`` that closes the pair."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
 def check_args(args: argparse.Namespace) -> None:

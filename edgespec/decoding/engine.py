@@ -49,12 +49,20 @@ class Engine:
         self._boundary_of: dict[int, int] = {}
         # Answers running at once: one sequence (slot) each, their steps in rounds on one
         # engine thread where several threads read answers, their passes in one decode.
-        self.slots = Slots(target.n_seq, target.sequence_tokens)
+        self.slots = Slots(target.n_seq, target.sequence_tokens, self._stored)
         drafts = partial(draft.decode_passes, last=True) if draft is not None else None
         self.turn = Turns(threaded, target.decode_passes, clock, drafts)
-        for model in (target, draft):
+        # Only the engine thread's answers arrive while a prompt is read; an unthreaded
+        # engine made over models a threaded one drives (the benchmark's recordings and
+        # ceilings) must not take over what their batches yield to.
+        for model in (target, draft) if threaded else ():
             if model is not None:
                 model.yield_to(self.turn.arrival)
+
+    def _stored(self, prompt: list[int]) -> int:
+        """How much of ``prompt`` the target's prompt cache could bring into a sequence."""
+        cache, target = self.target.prompt_cache, self.target
+        return cache.held(target, prompt) if cache is not None and target.rollback == "truncate" else 0
 
     def _boundaries(self, tokens: list[int]) -> list[int]:
         """For each token: does it end a sentence or a line, and does it break the line?

@@ -3,7 +3,9 @@
 
 ``Slots`` hands out the sequences. A new answer gets the free one whose tokens share the
 longest prefix with its prompt (a conversation that comes back finds its own history
-still there), else the one idle longest; with none free it waits, in arrival order.
+still there), counting what the prompt cache holds as held by any; among those alike the
+one that throws away least, then the one idle longest; with none free it waits, in
+arrival order.
 Holding every slot (``exclusive``) is how the cost profile is measured and the pair is
 closed without an answer in between. How the answers in slots share the pair, step by
 step, is ``decoding.turns``.
@@ -25,10 +27,17 @@ _POLL_S = 0.05  # how often a waiting answer looks whether it was stopped meanwh
 class Slots:
     """The sequences of a pair's contexts, one per answer running at once."""
 
-    def __init__(self, count: int, held: Callable[[int], list[int]]):
-        """``count`` sequences; ``held(seq)``: the tokens sequence ``seq`` holds now."""
+    def __init__(
+        self,
+        count: int,
+        held: Callable[[int], list[int]],
+        stored: Callable[[list[int]], int] = lambda _prompt: 0,
+    ):
+        """``count`` sequences; ``held(seq)``: the tokens sequence ``seq`` holds now;
+        ``stored(prompt)``: how much of a prompt the prompt cache could bring into any."""
         self.count = count
         self._held = held
+        self._stored = stored
         self._cond = threading.Condition()
         self._free = set(range(self.count))
         self._last_used = dict.fromkeys(range(self.count), 0)
@@ -70,10 +79,20 @@ class Slots:
                 self._cond.notify_all()
 
     def _choose(self, prompt: list[int]) -> int:
-        def shared(seq: int) -> tuple[int, int]:
-            return common_prefix(self._held(seq), prompt), -self._last_used[seq]
+        """The slot holding most of the prompt, counting what the prompt cache holds as held
+        by every slot; among those alike, the one that throws away least of what it holds
+        (an empty one, or the conversation's own), then the one idle longest. So two
+        conversations taking turns keep a slot each: one that shares only the system
+        prompt's header with another's slot is not read into it, and the other's state is
+        neither stored nor brought back at every turn."""
+        stored = self._stored(prompt)
 
-        return max(sorted(self._free), key=shared)
+        def value(seq: int) -> tuple[int, int, int]:
+            held = self._held(seq)
+            common = common_prefix(held, prompt)
+            return max(common, stored), common - len(held), -self._last_used[seq]
+
+        return max(sorted(self._free), key=value)
 
     def _give_back(self, seq: int) -> None:
         with self._cond:

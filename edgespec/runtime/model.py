@@ -41,6 +41,8 @@ class PromptExchange(Protocol):
 
     def exchange(self, model: Model, wanted: list[int], common: int) -> int: ...
 
+    def held(self, model: Model, tokens: list[int]) -> int: ...
+
 
 ROLLBACK_MODES = ("auto", "truncate", "snapshot")
 LOAD_MODE_READ = 0  # llama_load_mode NONE: read the file, no mmap

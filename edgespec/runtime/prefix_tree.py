@@ -78,6 +78,11 @@ class PrefixTree(Generic[V]):
         best.used = next(self._clock)
         return Match(depth, best)
 
+    def shared(self, key: Sequence[int]) -> int:
+        """How much of ``key`` the stored key sharing most of it shares (nothing is marked
+        used: a look, not a use)."""
+        return self._descend(tuple(key))[1]
+
     def _descend(self, key: tuple[int, ...]) -> tuple[_Node[V], int]:
         """The deepest node whose path shares the most of ``key``, and how much it shares
         (a node whose edge is matched only in part counts: its keys share that part)."""

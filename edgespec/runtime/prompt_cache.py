@@ -101,6 +101,12 @@ class PromptCache:
         # One tree for every model: keys start with a negative tag (token ids never are).
         return (-1 - self._models.index(model), *tokens)
 
+    def held(self, model: Model, tokens: list[int] | tuple[int, ...]) -> int:
+        """How many of ``tokens`` a state stored for ``model`` holds at most: what a sync
+        could bring into any of its sequences."""
+        with self._lock:
+            return max(0, self._tree.shared(self._key(model, tokens)) - 1)
+
     # -- the exchange a sync makes ----------------------------------------------------------
 
     def exchange(self, model: Model, wanted: list[int], common: int) -> int:
@@ -228,13 +234,17 @@ class PromptCache:
             oldest.unlink(missing_ok=True)
 
     def close(self) -> None:
-        """Keep what the models hold now (on disk, where there is a directory), and wait for
-        the files still being written."""
+        """Keep what the models hold now, every sequence (on disk, where there is a
+        directory), and wait for the files still being written."""
         if self.options.directory is not None:
             with self._lock:
                 for model in self._models:
-                    if len(model.tokens) >= MIN_TOKENS:
-                        self._store(model)
+                    current = model.seq
+                    for seq in range(model.n_seq):
+                        model.use(seq)
+                        if len(model.tokens) >= MIN_TOKENS:
+                            self._store(model)
+                    model.use(current)
         if self._writer is not None:
             self._writes.put(None)
             self._writer.join()

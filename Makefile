@@ -17,7 +17,7 @@ run: setup
 
 test: setup-test
 	@$(BIN)/ruff check edgespec tests app.py
-	@$(BIN)/python -m pytest $(ARGS)
+	@$(BIN)/python -m pytest -n auto --dist loadgroup $(ARGS)
 
 bench: setup
 	@$(BIN)/edgespec bench $(ARGS)

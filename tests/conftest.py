@@ -34,13 +34,50 @@ MODEL_FIXTURES = {
 }
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core this process may run on, at most 4 (each worker
+    loads the pair and starts its own servers)."""
+    return max(1, min(4, len(_cores())))
+
+
+def _cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker runs on its own share of the cores, and so do the servers and
+    commands it starts: llama.cpp sizes its threads by the cores a process may use, and
+    two workers' threads on the same core would wait for each other at every barrier."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    cores = _cores()
+    if not worker or not count or not cores:
+        return
+    index, count = int(worker.removeprefix("gw")), int(count)
+    # More workers than cores share them one each: llama.cpp on one thread waits at no barrier.
+    os.sched_setaffinity(0, cores[index::count] if count <= len(cores) else [cores[index % len(cores)]])
+
+
+# Session fixtures that cost a minute or so: the modules using one share an xdist worker.
+SHARED_FIXTURES = ("replay_recordings", "default_server", "keyed_server")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that uses one of ``MODEL_FIXTURES`` ``needs_models``, so that
     ``pytest -m "not needs_models"`` runs the math, the controller on synthetic costs and
-    the schemas without any set-up."""
+    the schemas without any set-up. With ``--dist loadgroup`` (``make test``) each module
+    runs on one worker (its module fixtures and the prefills it keeps are made once), and
+    the modules sharing a costly session fixture on the same one."""
+    groups: dict[str, str] = {}
     for item in items:
-        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if MODEL_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.needs_models)
+        module = item.nodeid.split("::")[0]
+        shared = next((name for name in SHARED_FIXTURES if name in names), None)
+        if shared or module not in groups:
+            groups[module] = shared or groups.get(module) or module
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
 
 
 @pytest.fixture(scope="session")

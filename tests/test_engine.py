@@ -48,20 +48,29 @@ _prefills: OrderedDict[tuple[int, ...], list[Snapshot]] = OrderedDict()
 KEPT_PREFILLS = 16  # a few MB each: a KV state of a few hundred tokens
 
 
-def start_from_prefill(lm: EdgeSpec, tokens: list[int]) -> None:
-    """Make both models hold ``tokens`` but the last, read in one batch, from the same
-    bytes every time: every configuration compared on a prompt then starts from one state
-    (read once, restored after; a prefill costs seconds on a 2-core CPU, a restore
-    milliseconds), and the answer reads the last token itself, as it does in a chat."""
+def start_from_prefill(lm: EdgeSpec, tokens: list[int], base: int | None = None) -> None:
+    """Make both models hold ``tokens`` but the last, from the same bytes every time: every
+    configuration compared on a prompt then starts from one state (read once, restored
+    after; a prefill costs seconds on a 2-core CPU, a restore milliseconds), and the answer
+    reads the last token itself, as it does in a chat. A prompt is read in one batch; a
+    prompt continued past a near-tie (``tokens[:base]`` is the prompt) is read from the
+    prompt's own state, the continuation in one batch: near-ties part at other places on
+    other machines and thread counts, and each would otherwise read the whole prompt again."""
     models = [m for m in (lm.target, lm.draft) if m is not None]
     key = tuple(tokens)
     if key not in _prefills:
-        fresh(lm)
-        for model in models:
-            model.decode(tokens[:-1], n_outputs=0)
+        if base is not None and base < len(tokens):
+            start_from_prefill(lm, tokens[:base])
+            for model in models:
+                model.decode(tokens[base - 1 : -1], n_outputs=0)
+        else:
+            fresh(lm)
+            for model in models:
+                model.decode(tokens[:-1], n_outputs=0)
         _prefills[key] = [model.snapshot() for model in models]
         while len(_prefills) > KEPT_PREFILLS:
             _prefills.popitem(last=False)
+    _prefills.move_to_end(key)
     for model, snap in zip(models, _prefills[key], strict=True):
         model.restore(snap)
 
@@ -79,13 +88,16 @@ class Reference:
 _references: dict[tuple[int, ...], Reference] = {}
 
 
-def reference(lm: EdgeSpec, prefix: list[int], budget: int) -> tuple[list[int], list[float], str]:
-    """Target-only greedy output after ``prefix``, computed once (as far as asked) and
-    shared by every configuration (greedy: a shorter run is a prefix of a longer one)."""
+def reference(
+    lm: EdgeSpec, prefix: list[int], budget: int, base: int | None = None
+) -> tuple[list[int], list[float], str]:
+    """Target-only greedy output after ``prefix`` (read as ``start_from_prefill`` reads it),
+    computed once (as far as asked) and shared by every configuration (greedy: a shorter
+    run is a prefix of a longer one)."""
     key = tuple(prefix)
     known = _references.get(key)
     if known is None or (len(known.tokens) < budget and known.stop_reason == "max_tokens"):
-        start_from_prefill(lm, prefix)
+        start_from_prefill(lm, prefix, base)
         tokens, gaps, stop = [], [], ""
         for event in lm.stream(prefix, max_tokens=budget, drafter="none", gamma=0, logprobs=2):
             if isinstance(event, Token):
@@ -106,11 +118,11 @@ def assert_greedy_exact(lm: EdgeSpec, prompt: str, drafter: str, gamma, length: 
     is a near-tie of the target's top two logits, then continue both from the target's
     token, so that the whole length is still compared."""
     prefix = lm.prompt_tokens(prompt, chat=True)
-    compared = 0
+    base, compared = len(prefix), 0
     while compared < length:
         budget = length - compared
-        ref, gaps, ref_stop = reference(lm, prefix, budget)
-        start_from_prefill(lm, prefix)
+        ref, gaps, ref_stop = reference(lm, prefix, budget, base)
+        start_from_prefill(lm, prefix, base)
         spec = lm.generate(prefix, max_tokens=budget, drafter=drafter, gamma=gamma)
         pairs = zip(ref, spec.token_ids, strict=False)  # one may stop earlier
         split = next((i for i, (a, b) in enumerate(pairs) if a != b), None)

@@ -107,7 +107,9 @@ def pair() -> EdgeSpec:
 
 # Recorded answers for replays (edgespec.bench.replay): open chat and math (where the draft
 # model is the only drafter that can pay) and an edit (where copies pay even on a steep CPU);
-# dev half, so nothing is tuned on the test half. Recorded once: recording takes half a minute.
+# dev half, so nothing is tuned on the test half. Kept outside the repository as the bench keeps
+# them (``cached_record``, keyed by the models, llama.cpp, the prompts and the length): recording
+# takes half a minute, and ``test_replay`` checks the recording itself.
 REPLAYED_PROMPTS = ("chat-explain-interest-2", "math-bakery-1", "edit-rename-py-1")
 REPLAYED_TOKENS = 64
 
@@ -115,10 +117,10 @@ REPLAYED_TOKENS = 64
 @pytest.fixture(scope="session")
 def replay_recordings(pair: EdgeSpec) -> list:
     from edgespec.bench.corpus import prompt_tokens, select
-    from edgespec.bench.recording import record
+    from edgespec.bench.recording import cached_record
 
     chosen = [(p, prompt_tokens(pair, p)) for p in select(ids=list(REPLAYED_PROMPTS))]
-    return record(pair.target, pair.draft, chosen, REPLAYED_TOKENS)
+    return cached_record(pair.target, pair.draft, chosen, REPLAYED_TOKENS)
 
 
 def fresh(lm: EdgeSpec) -> EdgeSpec:

@@ -5,14 +5,17 @@ profile measured on a real model and kept on disk: tests/test_profile.py.)"""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from synthetic_costs import CPU_TARGET, costs, plan, policy
 
 from edgespec.decoding.costs import CostCurve, implausible
+from edgespec.decoding.costs.measure import cpu_ticks
 
 
 def test_cost_curve_interpolates_and_learns():
@@ -124,3 +127,56 @@ def test_two_processes_writing_a_profile_at_once_leave_a_valid_file(tmp_path):
     assert all(w.wait() == 0 for w in writers)
     assert json.loads(path.read_text())["i"] == 299
     assert not list(path.parent.glob("*.tmp")), "no temporary file may be left behind"
+
+
+STAT = """cpu  300 0 100 500 100 0 0 0 0 0
+cpu0 200 0 50 100 50 0 0 0 40 0
+cpu1 100 0 50 400 50 0 0 0 0 0
+intr 12345
+"""
+
+
+def test_only_the_cores_a_process_may_run_on_count():
+    assert cpu_ticks(STAT, [0]) == (250.0, 400.0)  # guest time is in user time already
+    assert cpu_ticks(STAT, [1]) == (150.0, 600.0)
+    assert cpu_ticks(STAT, [0, 1]) == (400.0, 1000.0)
+    with pytest.raises(ValueError):
+        cpu_ticks(STAT, [2])
+
+
+# A child pinned to one core sleeps while a busy loop runs beside it or on another core, and
+# prints how many cores' worth of CPU OtherLoad saw others use on its own core.
+WATCH = """
+import os, subprocess, sys, time
+from edgespec.decoding.costs import OtherLoad
+os.sched_setaffinity(0, [int(sys.argv[1])])
+SPIN = "import os, sys; os.sched_setaffinity(0, [int(sys.argv[1])])\\nwhile True: pass"
+spin = subprocess.Popen([sys.executable, "-c", SPIN, sys.argv[2]])
+time.sleep(0.3)
+watch = OtherLoad()
+time.sleep(0.6)
+print(watch.cores())
+spin.kill()
+"""
+
+
+def usable_cores() -> list[int]:
+    """The cores this test may use, with those of the process that started it: a test
+    worker is pinned to its own core (tests/conftest.py), and this test needs two."""
+    if not hasattr(os, "sched_getaffinity") or not Path("/proc/stat").exists():
+        return []
+    return sorted(os.sched_getaffinity(0) | os.sched_getaffinity(os.getppid()))
+
+
+@pytest.mark.skipif(len(usable_cores()) < 2, reason="needs Linux and two cores")
+def test_a_pinned_process_is_disturbed_by_work_on_its_own_core_only():
+    mine = min(os.sched_getaffinity(0))
+    other = next(core for core in usable_cores() if core != mine)
+
+    def seen(spin_on: int) -> float:
+        out = subprocess.run([sys.executable, "-c", WATCH, str(mine), str(spin_on)],
+                             capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        return float(out.stdout)
+
+    assert seen(mine) > 0.7  # a whole core's worth, less what the sleeper itself used
+    assert seen(other) < 0.3

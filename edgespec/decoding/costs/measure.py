@@ -47,32 +47,49 @@ def target_warmup_sizes(k_max: int) -> tuple[int, ...]:
 
 
 class OtherLoad:
-    """CPU that other processes use while this one works, from the kernel's counters of all
-    CPU time minus this process's own (the load average would count this process's own
-    work and lag by a minute). Linux only; elsewhere it reports nothing."""
+    """CPU that other processes use, while this one works, on the cores this process may
+    run on: from the kernel's per-core counters of all CPU time minus this process's own
+    (the load average would count this process's own work and lag by a minute). A process
+    pinned to some cores (``taskset``, one test worker per core) is not slowed by work on
+    the others. Linux only; elsewhere it reports nothing."""
 
     def __init__(self) -> None:
+        self._cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self._start = self._sample()
 
-    @staticmethod
-    def _sample() -> tuple[float, float, float] | None:
+    def _sample(self) -> tuple[float, float, float] | None:
         try:
-            fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-            ticks = [float(x) for x in fields]
-            idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)
+            busy, total = cpu_ticks(Path("/proc/stat").read_text(), self._cpus)
             own = os.times()
-            return sum(ticks) - idle, sum(ticks), (own.user + own.system) * os.sysconf("SC_CLK_TCK")
+            return busy, total, (own.user + own.system) * os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError, AttributeError):
             return None
 
     def cores(self) -> float | None:
-        """Cores' worth of CPU other processes used since this object was made."""
+        """Cores' worth of CPU other processes used on this process's cores since this
+        object was made."""
         end = self._sample()
         if self._start is None or end is None or end[1] <= self._start[1]:
             return None
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         others = max(0.0, (end[0] - self._start[0]) - (end[2] - self._start[2]))
-        return others / (end[1] - self._start[1]) * cores
+        return others / (end[1] - self._start[1]) * len(self._cpus)
+
+
+def cpu_ticks(stat: str, cpus: list[int]) -> tuple[float, float]:
+    """Busy and all ticks, summed over the cores ``cpus`` of a ``/proc/stat`` text (idle
+    and waiting for I/O are not busy)."""
+    wanted = {f"cpu{n}" for n in cpus}
+    busy = total = 0.0
+    for line in stat.splitlines():
+        name, *fields = line.split()
+        if name not in wanted:
+            continue
+        ticks = [float(x) for x in fields[:8]]  # guest time is counted in user time already
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)
+        busy, total = busy + sum(ticks) - idle, total + sum(ticks)
+    if not total:
+        raise ValueError("none of this process's cores is in /proc/stat")
+    return busy, total
 
 
 def machine_busy(window_s: float = 0.3) -> float | None:

@@ -312,7 +312,7 @@ def test_an_unthreaded_engine_leaves_what_the_batches_yield_to(target: Model) ->
 def test_an_answer_whose_batches_yield_reads_each_again_and_answers_the_same(pair) -> None:
     """Every batch of the prompt yields once (an arrival that stays set), is read again the
     next turn, and the answer is the one it gives without arrivals."""
-    text = "Tell me about the forest. " * 70
+    text = "Tell me about the forest. " * 45  # three batches of 128 tokens
     fresh(pair)
     plain = pair.start(pair.request(text, drafter="none", max_tokens=8))
     expected = raw_turns(pair, plain)

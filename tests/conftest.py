@@ -16,6 +16,7 @@ import pytest
 from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.models import catalog
 from edgespec.models.resolve import resolve
+from tests import scheduling
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """An xdist worker runs on its own share of the cores, and so do the servers and
     commands it starts: llama.cpp sizes its threads by the cores a process may use, and
     two workers' threads on the same core would wait for each other at every barrier."""
+    scheduling.configure(config)
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     cores = _cores()
     if not worker or not count or not cores:
@@ -66,7 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``pytest -m "not needs_models"`` runs the math, the controller on synthetic costs and
     the schemas without any set-up. With ``--dist loadgroup`` (``make test``) each module
     runs on one worker (its module fixtures and the prefills it keeps are made once), and
-    the modules sharing a costly session fixture on the same one."""
+    the modules sharing a costly session fixture on the same one; the longest units go first
+    (``tests/scheduling.py``)."""
     groups: dict[str, str] = {}
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
@@ -78,6 +81,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             groups[module] = shared or groups.get(module) or module
     for item in items:
         item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        scheduling.longest_first(config, items, groups)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Where edgespec keeps its files on this machine, and the CPU's feature flags.
+"""Where edgespec keeps its files on this machine, how it writes them, and the CPU's feature
+flags.
 
 The standard library only: set-up (before anything is installed), the crash guard (around a
 process llama.cpp may kill) and the runtime share this one definition of each.
@@ -6,7 +7,9 @@ process llama.cpp may kill) and the runtime share this one definition of each.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -30,3 +33,18 @@ def cpu_flags(text: str | None = None) -> frozenset[str]:
         if line.startswith(("flags", "Features")) and ":" in line:
             return frozenset(line.split(":", 1)[1].split())
     return frozenset()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """A unique temporary file in the same directory, then a rename: readers see the old
+    file or the new one, never a mixture, whatever else writes at the same time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

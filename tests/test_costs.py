@@ -110,7 +110,7 @@ def test_a_gpu_profile_is_plausible_and_a_falling_one_is_not():
 WRITER = """
 import sys
 from pathlib import Path
-from edgespec.decoding.costs import write_atomically
+from edgespec.host import write_atomically
 path, tag = Path(sys.argv[1]), sys.argv[2]
 for i in range(300):
     write_atomically(path, '{"writer": "%s", "i": %d, "pad": "%s"}' % (tag, i, "x" * 20000))

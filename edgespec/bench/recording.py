@@ -16,11 +16,11 @@ import numpy as np
 from edgespec.api import EdgeSpec, settings_from
 from edgespec.bench.corpus import CorpusPrompt, prompt_tokens, select, settings_extras
 from edgespec.bootstrap import LLAMA_CPP_VERSION
-from edgespec.decoding.costs import write_atomically
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done
 from edgespec.decoding.request import GenerationSettings
 from edgespec.errors import EdgespecError
+from edgespec.host import write_atomically
 from edgespec.models import store
 from edgespec.runtime.model import Model
 

@@ -41,11 +41,12 @@ from edgespec.bench.recording import Recording, recorded_corpus
 from edgespec.bench.runner import geomean
 from edgespec.decoding.auto import DEFAULT, PairState, Tuning
 from edgespec.decoding.choice import make_policy
-from edgespec.decoding.costs import CostModel, write_atomically
+from edgespec.decoding.costs import CostModel
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done, Step
 from edgespec.decoding.policy import FixedPolicy, Policy
 from edgespec.errors import EdgespecError, run_reporting_errors
+from edgespec.host import write_atomically
 from edgespec.runtime.model import Model
 from edgespec.runtime.tokens import common_prefix
 

@@ -12,10 +12,11 @@ import math
 import mmap
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
+from edgespec.models.kept import file_identity, kept
 
 MAGIC = b"GGUF"
 _DEFAULT_ALIGNMENT = 32
@@ -133,8 +134,12 @@ def read_info(path: Path) -> GGUFInfo:
             return _parsed[identity]
         if st.st_size < 24 or fh.read(4) != MAGIC:
             raise EdgespecError(f"{path}: not a GGUF model file (wrong magic bytes)")
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            info = _parse(_Reader(buf, path), st.st_size, path)
+
+        def parse() -> dict:
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return asdict(_parse(_Reader(buf, path), st.st_size, path))
+
+        info = GGUFInfo(**kept("gguf-header", [file_identity(path, st)], parse))
     _parsed[identity] = info
     while len(_parsed) > KEPT_HEADERS:
         del _parsed[next(iter(_parsed))]
@@ -142,8 +147,9 @@ def read_info(path: Path) -> GGUFInfo:
 
 
 # Headers parsed in this process, by the file's identity (device, inode, size, times): a
-# loading pair reads each header several times (resolving, pairing, loading), and stepping
-# over a 150k-entry token list in Python costs about 0.2 s a time. Read-only once made.
+# loading pair reads each header several times (resolving, pairing, loading). A large
+# file's header is also kept on disk (``kept``): stepping over its 150k-entry token and
+# merge lists in Python costs about 0.2 s a file. Read-only once made.
 _parsed: dict[tuple[int, ...], GGUFInfo] = {}
 KEPT_HEADERS = 32
 

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from edgespec.models.gguf import GGUFInfo, TokenTable, read_info, read_token_table
+from edgespec.models.kept import file_identity, kept
 
 MAX_VOCAB_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE in llama.cpp
 CHECK_FROM_TOKEN = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below it may differ
@@ -95,4 +96,10 @@ def gguf_facts(path: Path) -> VocabFacts:
 def gguf_difference(target: Path, draft: Path) -> str | None:
     """Why the draft GGUF cannot speculate for the target GGUF, or None when it can."""
     problem = fact_difference(gguf_facts(target), gguf_facts(draft))
-    return problem or table_difference(_table(*_key(target)), _table(*_key(draft)))
+    if problem:
+        return problem
+    return kept(
+        "token-texts-differ",
+        [file_identity(target), file_identity(draft)],
+        lambda: table_difference(_table(*_key(target)), _table(*_key(draft))),
+    )

@@ -5,8 +5,9 @@ split by concern:
   ``implausible`` (a measured curve that cannot be right): pure arithmetic;
 * ``costmodel``: ``CostModel`` (the target's and the draft's curves, the Python time per
   step), saved to and loaded from its profile;
-* ``profile``: the profile on disk: reading, atomic writing, what it is keyed by, and the
-  speed the profiles measured here imply for a model never loaded (``measured_speed``);
+* ``profile``: the profile on disk: reading (it is written with ``host.write_atomically``),
+  what it is keyed by, and the speed the profiles measured here imply for a model never
+  loaded (``measured_speed``);
 * ``measure``: timing the models on this machine, whether other processes disturb it, and
   ``load_or_measure``, which decides between the profile on disk and a new measurement.
 """
@@ -33,7 +34,6 @@ from edgespec.decoding.costs.profile import (
     profile_path,
     profile_path_for,
     read_profile,
-    write_atomically,
 )
 
 __all__ = [
@@ -56,5 +56,4 @@ __all__ = [
     "read_profile",
     "target_warmup_sizes",
     "warm_up",
-    "write_atomically",
 ]

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgespec.decoding.costs.curve import EMA, CostCurve, implausible
-from edgespec.decoding.costs.profile import PROFILE_VERSION, read_profile, write_atomically
+from edgespec.decoding.costs.profile import PROFILE_VERSION, read_profile
+from edgespec.host import write_atomically
 
 PROVISIONAL = "measured while the machine was busy or disturbed"  # why a profile is re-measured
 

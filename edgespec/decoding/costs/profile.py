@@ -7,13 +7,11 @@ concurrent writers never leave half a file."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from edgespec.models import catalog, store
@@ -30,21 +28,6 @@ def read_profile(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """A unique temporary file in the same directory, then a rename: readers see the old
-    file or the new one, never a mixture, whatever else writes at the same time."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # -- what a profile is keyed by ------------------------------------------------------------

@@ -41,7 +41,7 @@ class ModuleSeconds:
 
 
 def configure(config: pytest.Config) -> None:
-    if not hasattr(config.option, "loadscopereorder") or config.cache is None:
+    if not hasattr(config.option, "loadscopereorder") or getattr(config, "cache", None) is None:
         return  # no xdist, or no cache to learn from
     config.option.loadscopereorder = False  # the order given below, not by count of tests
     if not hasattr(config, "workerinput"):
@@ -51,7 +51,8 @@ def configure(config: pytest.Config) -> None:
 def longest_first(config: pytest.Config, items: list[pytest.Item], group_of: dict[str, str]) -> None:
     """Sort ``items`` by the time their work unit (``group_of[module]``) took, the longest
     first, keeping the order within a unit. Every worker sorts alike: they read one cache."""
-    known: dict[str, float] = config.cache.get(KEY, {}) if config.cache is not None else {}
+    cache = getattr(config, "cache", None)  # none under -p no:cacheprovider
+    known: dict[str, float] = cache.get(KEY, {}) if cache is not None else {}
     untimed: dict[str, float] = defaultdict(float)
     for item in items:
         models = item.get_closest_marker("needs_models") is not None

@@ -236,10 +236,16 @@ def batches(context: int, leave: int) -> list[int]:
     return lengths
 
 
+# Long enough for the draft model to read it in more than two batches of 128. The two
+# tests below read it from an empty draft model; the target keeps it between them (its
+# prefill costs more than the rest of both, and neither test is about the target's).
+HILLS = "Tell me about the hills. " * 50
+
+
 def test_the_first_token_ends_its_turn_before_the_draft_model_reads_the_prompt(pair) -> None:
     """So a new answer's first token reaches its reader after the target's prefill alone."""
-    fresh(pair)
-    request = pair.request("Tell me about the river. " * 30, drafter="model", gamma=3, max_tokens=4)
+    pair.draft.reset()
+    request = pair.request(HILLS, drafter="model", gamma=3, max_tokens=4)
     answer = pair.start(request)
     seen = raw_turns(pair, answer)
     seen = seen[seen.index("token") :]  # (before it, the target's batches of the prompt)
@@ -253,8 +259,8 @@ def test_the_first_token_ends_its_turn_before_the_draft_model_reads_the_prompt(p
 def test_a_draft_model_chosen_late_catches_up_a_batch_per_turn(pair) -> None:
     """What lets other answers step while the draft model reads a context it was not
     reading (``auto`` chooses it after plain steps)."""
-    fresh(pair)
-    request = pair.request("Tell me about the hills. " * 50, drafter="model", gamma=3, max_tokens=4)
+    pair.draft.reset()
+    request = pair.request(HILLS, drafter="model", gamma=3, max_tokens=4)
     answer = pair.start(request)
     answer.policy.prefill_draft = False  # as ``auto``: the draft model is not read ahead
     seen = raw_turns(pair, answer)

@@ -63,6 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
 SHARED_FIXTURES = ("replay_recordings", "default_server", "keyed_server")
 
 
+# First: xdist's own hook names each test's group from these marks, in the same hook.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that uses one of ``MODEL_FIXTURES`` ``needs_models``, so that
     ``pytest -m "not needs_models"`` runs the math, the controller on synthetic costs and

@@ -40,8 +40,12 @@ class ModuleSeconds:
             self.cache.set(KEY, {**self.cache.get(KEY, {}), **self.seconds})
 
 
+def _cache(config: pytest.Config) -> pytest.Cache | None:
+    return getattr(config, "cache", None)  # none under -p no:cacheprovider
+
+
 def configure(config: pytest.Config) -> None:
-    if not hasattr(config.option, "loadscopereorder") or getattr(config, "cache", None) is None:
+    if not hasattr(config.option, "loadscopereorder") or _cache(config) is None:
         return  # no xdist, or no cache to learn from
     config.option.loadscopereorder = False  # the order given below, not by count of tests
     if not hasattr(config, "workerinput"):
@@ -51,7 +55,7 @@ def configure(config: pytest.Config) -> None:
 def longest_first(config: pytest.Config, items: list[pytest.Item], group_of: dict[str, str]) -> None:
     """Sort ``items`` by the time their work unit (``group_of[module]``) took, the longest
     first, keeping the order within a unit. Every worker sorts alike: they read one cache."""
-    cache = getattr(config, "cache", None)  # none under -p no:cacheprovider
+    cache = _cache(config)
     known: dict[str, float] = cache.get(KEY, {}) if cache is not None else {}
     untimed: dict[str, float] = defaultdict(float)
     for item in items:

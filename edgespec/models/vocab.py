@@ -80,13 +80,9 @@ def table_difference(target: TokenTable, draft: TokenTable) -> str | None:
 
 
 @lru_cache(maxsize=4)
-def _table(path: Path, size: int, mtime_ns: int) -> TokenTable:
-    return read_token_table(path)
-
-
-def _key(path: Path) -> tuple[Path, int, int]:
-    st = path.stat()
-    return path.resolve(), st.st_size, st.st_mtime_ns
+def _table(path: str, size: int, mtime_ns: int, ctime_ns: int) -> TokenTable:
+    """A file's token texts, read once per identity (``file_identity``) in this process."""
+    return read_token_table(Path(path))
 
 
 def gguf_facts(path: Path) -> VocabFacts:
@@ -98,8 +94,5 @@ def gguf_difference(target: Path, draft: Path) -> str | None:
     problem = fact_difference(gguf_facts(target), gguf_facts(draft))
     if problem:
         return problem
-    return kept(
-        "token-texts-differ",
-        [file_identity(target), file_identity(draft)],
-        lambda: table_difference(_table(*_key(target)), _table(*_key(draft))),
-    )
+    files = [file_identity(target), file_identity(draft)]
+    return kept("token-texts-differ", files, lambda: table_difference(*(_table(*file) for file in files)))

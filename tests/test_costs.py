@@ -144,20 +144,23 @@ def test_only_the_cores_a_process_may_run_on_count():
         cpu_ticks(STAT, [2])
 
 
-# A child pinned to one core sleeps while a busy loop runs beside it or on another core, and
-# prints how many cores' worth of CPU OtherLoad saw others use on its own core.
+# A child pinned to one core sleeps while a busy loop runs beside it, on another core, or
+# nowhere (-1), and prints how many cores' worth of CPU OtherLoad saw others use on its
+# own core.
 WATCH = """
 import os, subprocess, sys, time
 from edgespec.decoding.costs import OtherLoad
 os.sched_setaffinity(0, [int(sys.argv[1])])
 SPIN = "import os, sys; os.sched_setaffinity(0, [int(sys.argv[1])])\\nwhile True: pass"
-spin = subprocess.Popen([sys.executable, "-c", SPIN, sys.argv[2]])
+spin = None if sys.argv[2] == "-1" else subprocess.Popen([sys.executable, "-c", SPIN, sys.argv[2]])
 time.sleep(0.3)
 watch = OtherLoad()
 time.sleep(0.6)
 print(watch.cores())
-spin.kill()
+if spin is not None:
+    spin.kill()
 """
+BUSY_CORE = 0.5  # others' load on the child's core with no loop anywhere: too busy to tell
 
 
 def usable_cores() -> list[int]:
@@ -170,6 +173,10 @@ def usable_cores() -> list[int]:
 
 @pytest.mark.skipif(len(usable_cores()) < 2, reason="needs Linux and two cores")
 def test_a_pinned_process_is_disturbed_by_work_on_its_own_core_only():
+    """Each loop's load is read over what the core carried without it, in the same try:
+    other work on the machine (a benchmark, another test worker's decode) moves all three
+    alike. A try whose core was busy with no loop at all can tell nothing and is made
+    again; where every try was, the test says so."""
     mine = min(os.sched_getaffinity(0))
     other = next(core for core in usable_cores() if core != mine)
 
@@ -178,5 +185,16 @@ def test_a_pinned_process_is_disturbed_by_work_on_its_own_core_only():
                              capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
         return float(out.stdout)
 
-    assert seen(mine) > 0.7  # a whole core's worth, less what the sleeper itself used
-    assert seen(other) < 0.3
+    tries = []
+    for _ in range(3):
+        quiet = seen(-1)
+        if quiet > BUSY_CORE:
+            tries.append(f"busy ({quiet:.2f} cores without a loop)")
+            continue
+        beside, elsewhere = seen(mine) - quiet, seen(other) - quiet
+        if beside > 0.5 and elsewhere < 0.3:
+            return
+        tries.append(f"a loop beside it added {beside:.2f} cores, on another core {elsewhere:.2f}")
+    if all(t.startswith("busy") for t in tries):
+        pytest.skip(f"the core was busy in every try: {tries}")
+    pytest.fail(f"OtherLoad does not tell a loop on its own core from one elsewhere: {tries}")

@@ -40,6 +40,51 @@ def test_verification_and_plain_steps_are_priced_from_the_curve_and_the_python_a
     assert pricing.plain_seconds(model) == pytest.approx(0.058 + 0.001)
 
 
+# A CPU whose passes cost a fixed part and a part per token alike (25 ms each), and a GPU
+# whose passes cost about the same whatever they hold.
+LINEAR_MS = {1: 50, 2: 75, 17: 450}
+STEADY_MS = {1: 40, 2: 40.2, 17: 43.2}
+
+
+def test_a_pass_shared_with_other_answers_is_priced_by_what_it_adds_to_their_decode():
+    model = costs(LINEAR_MS, draft_ms=22)
+    model.plain_overhead = 0.0
+    shared = pricing.sharing(model, answers=3, tokens=3)  # three plain steps: 100 ms
+    assert shared is not None and shared.seconds == pytest.approx(0.100)
+    assert pricing.plain_seconds(model, shared) == pytest.approx(0.025)
+    np.testing.assert_allclose(pricing.verify_seconds(model, np.array([1, 4]), shared), [0.050, 0.125])
+    # Beyond the profile's largest pass, along its last line.
+    wide = pricing.sharing(model, answers=3, tokens=40)
+    np.testing.assert_allclose(pricing.verify_seconds(model, np.array([1]), wide), [0.050])
+    assert pricing.sharing(model, answers=0, tokens=0) is None
+
+
+@pytest.mark.parametrize(
+    ("curve", "drafts_shared"),
+    [(LINEAR_MS, False), (STEADY_MS, True)],
+    ids=["cpu-linear", "gpu-steady"],
+)
+def test_a_draft_that_pays_alone_pays_shared_only_where_the_decode_costs_little_more(curve, drafts_shared):
+    """Three plain steps share the decode. On the CPU, each token added to it costs half a
+    pass alone: plain steps decoded together get what a 70 % draft would, and the draft
+    loses. On the GPU the draft costs the decode almost nothing, and still pays."""
+    model = costs(curve, draft_ms=22)
+    accept = np.full(16, 0.7)
+    alone_plain = pricing.plain_seconds(model)
+    alone = pricing.best_gamma(
+        "ngram", accept, pricing.verify_seconds(model, np.arange(1, 17)), 0.0, 0.0, risk=1.0
+    )
+    assert alone.rate > DEFAULT.min_gain / alone_plain
+    shared = pricing.sharing(model, answers=3, tokens=3)
+    row = pricing.verify_seconds(model, np.arange(1, 17), shared)
+    plain_s = pricing.plain_seconds(model, shared)
+    together = pricing.best_gamma("ngram", accept, row, 0.0, 0.0, risk=1.0, plain_s=plain_s, shared=shared)
+    assert (together.rate > DEFAULT.min_gain / alone_plain) is drafts_shared
+    # Plain decoding is worth the same shared as alone: the scale every option is put on.
+    plain_rate = pricing.step_rates(np.array([1.0]), np.array([plain_s]), shared)
+    assert plain_rate[0] == pytest.approx(1.0 / alone_plain)
+
+
 def test_the_best_gamma_is_cut_to_what_the_answer_can_afford_to_lose():
     sure = np.ones(4)
     verify_row = np.array([1.0, 1.1, 1.2, 1.3])  # seconds to verify 1..4 drafts

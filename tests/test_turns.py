@@ -101,6 +101,10 @@ def test_the_passes_of_the_answers_running_at_once_are_one_decode():
         assert runner.threads == {"edgespec-engine"}
     shared = [r.shared for r in runners[1].results]  # type: ignore[union-attr]
     assert shared == [True, True, True, False, False]
+    # Each pass is told what else was in its decode: the next step's price depends on it.
+    others = [(r.others, r.others_tokens) for r in runners[1].results]  # type: ignore[union-attr]
+    assert others == [(2, 5), (1, 1), (1, 1), (0, 0), (0, 0)]
+    assert (runners[2].results[0].others, runners[2].results[0].others_tokens) == (2, 2)  # type: ignore[union-attr]
     # A decode's seconds are shared by tokens: the 4-token pass got 4/6 of the first one.
     first = [runner.results[0].seconds for runner in runners]  # type: ignore[union-attr]
     assert first[2] == pytest.approx(4 * first[0]) and first[0] == pytest.approx(first[1])

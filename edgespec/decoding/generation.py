@@ -129,7 +129,9 @@ class Generation:
         )
         self.stop_reason = ""
         self._ran = False
-        self._pass_shared = False  # the last pass was decoded with other answers'
+        # The other answers' passes, and their tokens, decoded with the last pass: what the
+        # next one is likely to share.
+        self._shared_with = (0, 0)
         self._waited_s = 0.0  # ... and was waited for this much beyond its own share
 
     def stop(self) -> None:
@@ -308,6 +310,8 @@ class Generation:
             pair.boundaries,
             proposal=proposals.get,
             catch_up=proposals.catch_up,
+            others=self._shared_with[0],
+            others_tokens=self._shared_with[1],
         )
         plan = self.policy.plan(view)
         try:
@@ -338,12 +342,12 @@ class Generation:
                 verify_s=step.verify_s,
                 overhead_s=step_s - step.draft_s - step.verify_s,
                 new_tokens=tokens,
-                shared=self._pass_shared,
+                shared=self._shared_with[0] > 0,
             )
         )
         stats = self.stats
         stats.target_passes += 1
-        stats.shared_passes += self._pass_shared
+        stats.shared_passes += self._shared_with[0] > 0
         stats.drafted += step.gamma
         stats.accepted += step.accepted
         stats.draft_s += step.draft_s
@@ -446,10 +450,11 @@ class Generation:
         asked = clock()
         if not self.pair.turn.threaded:
             logits = self.pair.target.decode(tokens, len(tokens))
-            self._pass_shared, self._waited_s = False, 0.0
+            self._shared_with, self._waited_s = (0, 0), 0.0
             return Passed(logits, clock() - asked)
         passed: Passed = yield Pass(tokens)  # (a failed decode is raised here)
-        self._pass_shared, self._waited_s = passed.shared, clock() - asked - passed.seconds
+        self._shared_with = (passed.others, passed.others_tokens)
+        self._waited_s = clock() - asked - passed.seconds
         return passed
 
     def _verdict(self, draft: Draft, logits: np.ndarray) -> acceptance.Verdict:

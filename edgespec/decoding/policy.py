@@ -56,6 +56,10 @@ class StepView:
     proposal: Callable[[str, int], Proposal] = _nothing_proposed
     # Context tokens a drafter would decode before its first draft token.
     catch_up: Callable[[str], int] = _no_catch_up
+    # The other answers' passes decoded with this answer's last one, and their tokens:
+    # what its next pass is likely to be decoded with (threaded, several answers at once).
+    others: int = 0
+    others_tokens: int = 0
 
 
 @dataclass(frozen=True)

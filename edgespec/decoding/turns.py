@@ -77,11 +77,17 @@ class DraftPass:
 @dataclass(frozen=True)
 class Passed:
     """What a pass gave: its logits rows and its share of the decode's seconds (by what
-    it would cost alone); ``shared`` when other answers' passes were in the same decode."""
+    it would cost alone); ``others`` and ``others_tokens``: the other answers' passes in
+    the same decode, and their tokens (what the answer's next pass is likely to share)."""
 
     logits: np.ndarray
     seconds: float
-    shared: bool = False
+    others: int = 0
+    others_tokens: int = 0
+
+    @property
+    def shared(self) -> bool:
+        return self.others > 0
 
 
 class Runner(Protocol):
@@ -297,9 +303,11 @@ class Turns:
             return
         seconds = self._clock() - start
         weights = [max(weigh(len(wanted.tokens)), 1e-9) for _, wanted in asked]
-        for (runner, _), logits, weight in zip(asked, rows, weights, strict=True):
+        tokens = sum(len(wanted.tokens) for _, wanted in asked)
+        for (runner, wanted), logits, weight in zip(asked, rows, weights, strict=True):
             share = seconds * weight / sum(weights)
-            self._results[id(runner)] = Passed(logits, share, shared=len(asked) > 1)
+            others = (len(asked) - 1, tokens - len(wanted.tokens))
+            self._results[id(runner)] = Passed(logits, share, *others)
             self._spent[id(runner)] = self._spent.get(id(runner), 0.0) + share
 
     def _end(self) -> None:

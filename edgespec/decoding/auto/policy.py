@@ -137,13 +137,15 @@ class AdaptivePolicy:
         """Every option for the next step, priced; it changes nothing."""
         answer, t, costs = self.answer, self.tuning, self.costs
         budget = view.budget
-        plain = pricing.plain_seconds(costs)
-        options = [Choice("none", 0, 1.0 / plain, 1.0, plain)]
-        risk = pricing.risk_budget(t, answer.saved_s, answer.tokens, plain)
+        alone = pricing.plain_seconds(costs)
+        shared = pricing.sharing(costs, view.others, view.others_tokens)
+        plain = pricing.plain_seconds(costs, shared)
+        options = [Choice("none", 0, 1.0 / alone, 1.0, plain)]
+        risk = pricing.risk_budget(t, answer.saved_s, answer.tokens, alone)
         cap = min(budget, self.gamma_cap or budget)
         if cap <= 0:
             return Priced(options, [])
-        verify_row = pricing.verify_seconds(costs, np.arange(1, cap + 1))  # γ = 1..cap
+        verify_row = pricing.verify_seconds(costs, np.arange(1, cap + 1), shared)  # γ = 1..cap
         return_s = self._return_cost()
         opened = self._open_proposals(view, cap)
         for proposal in opened:
@@ -155,13 +157,14 @@ class AdaptivePolicy:
                 proposal.source,
             )
             calibration = answer.realized.calibration(proposal.drafter)
-            options.append(self._best(proposal.drafter, accept, verify_row, return_s, 0.0, calibration, risk))
+            row = (verify_row, return_s, 0.0)
+            options.append(self._best(proposal.drafter, accept, row, calibration, risk, shared))
         model = None
         if "model" in self.allowed:
             model = self.model_price(view)
             accept = np.full(cap, self.stats.model)
-            first = model.first + return_s
-            options.append(self._best("model", accept, verify_row, first, model.per_draft, 1.0, risk))
+            row = (verify_row, model.first + return_s, model.per_draft)
+            options.append(self._best("model", accept, row, 1.0, risk, shared))
         return Priced(options, opened, model)
 
     def _open_proposals(self, view: StepView, cap: int) -> list[OpenProposal]:
@@ -186,12 +189,13 @@ class AdaptivePolicy:
         self,
         drafter: str,
         accept: np.ndarray,
-        verify_row: np.ndarray,
-        fixed_cost: float,
-        per_draft: float,
+        row: tuple[np.ndarray, float, float],
         calibration: float,
         risk: float,
+        shared: pricing.Sharing | None,
     ) -> Choice:
+        """``row``: the seconds to verify each γ, the drafting's fixed cost and per draft."""
+        verify_row, fixed_cost, per_draft = row
         return pricing.best_gamma(
             drafter,
             accept,
@@ -201,7 +205,8 @@ class AdaptivePolicy:
             calibration=calibration,
             fixed_gamma=self.fixed_gamma,
             risk=risk,
-            plain_s=pricing.plain_seconds(self.costs),
+            plain_s=pricing.plain_seconds(self.costs, shared),
+            shared=shared,
         )
 
     def model_price(self, view: StepView) -> ModelPrice:

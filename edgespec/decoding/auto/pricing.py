@@ -6,6 +6,13 @@
   drafter's drafts with the same match length;
 * the draft model: catch-up decode + (γ−1) draft decodes + T(γ+1).
 
+Where several answers run at once, a step's pass is decoded with theirs (``Sharing``): what
+it adds to that decode is priced, not what it would cost alone, and an option is worth the
+tokens per second of the whole decode it makes. On a CPU, where a batch of k tokens costs
+about k half-tokens past the first, plain steps decoded together already get most of what
+drafting would, and a draft pays only where it is nearly sure; on a GPU, where the decode
+costs about the same whatever it holds, drafts are almost free.
+
 A draft longer than one token risks only what the answer can afford: what drafting has
 saved in it so far plus a small share of its plain decoding time. On a steep CPU, where a
 failed 16-token draft costs ten plain steps, an answer drafts long only once its copies
@@ -32,18 +39,58 @@ class Choice:
     seconds: float  # expected seconds of the step
 
 
-def verify_seconds(costs: CostModel, gammas: np.ndarray) -> np.ndarray:
-    """Seconds to verify each γ in ``gammas``: the target pass over γ+1 tokens and the
-    drafting step's Python."""
-    table = costs.target.table()
-    return table[np.minimum(gammas + 1, len(table) - 1)] + costs.overhead
+@dataclass(frozen=True)
+class Sharing:
+    """The other answers' passes a step's pass is expected to be decoded with (those its
+    last pass was decoded with): how many (each yields a token at least), the seconds
+    their tokens cost decoded together, and the step's plain price there and alone."""
+
+    answers: int
+    tokens: int
+    seconds: float
+    plain_s: float  # what a plain step adds to the decode, its Python included
+    alone_plain_s: float  # a plain step alone: the scale the step's rates are given in
 
 
-def plain_seconds(costs: CostModel) -> float:
-    """A plain step: one single-token pass and a plain step's own Python (a drafting
-    step's lookups and pricing cost several times more: priced alike, plain decoding
-    looked slower than it is wherever a step is short, on a GPU)."""
+def sharing(costs: CostModel, answers: int, tokens: int) -> Sharing | None:
+    """How a step decoded with ``answers`` other passes of ``tokens`` tokens is priced;
+    None for a step decoded alone."""
+    if answers <= 0 or tokens <= 0:
+        return None
+    base = costs.target.estimate(tokens)
+    plain = max(costs.target.estimate(tokens + 1) - base, 0.0) + costs.plain_overhead
+    return Sharing(answers, tokens, base, plain, plain_seconds(costs))
+
+
+def verify_seconds(costs: CostModel, gammas: np.ndarray, shared: Sharing | None = None) -> np.ndarray:
+    """Seconds to verify each γ in ``gammas``: the target pass over γ+1 tokens (or what
+    it adds to the decode it is shared in) and the drafting step's Python."""
+    base_tokens, base_s = (0, 0.0) if shared is None else (shared.tokens, shared.seconds)
+    added = costs.target.estimates(base_tokens + gammas + 1) - base_s
+    return np.maximum(added, 0.0) + costs.overhead
+
+
+def plain_seconds(costs: CostModel, shared: Sharing | None = None) -> float:
+    """A plain step: one single-token pass (or what it adds to the decode it is shared
+    in) and a plain step's own Python (a drafting step's lookups and pricing cost several
+    times more: priced alike, plain decoding looked slower than it is wherever a step is
+    short, on a GPU)."""
+    if shared is not None:
+        return shared.plain_s
     return costs.target.estimate(1) + costs.plain_overhead
+
+
+def step_rates(expected: np.ndarray, seconds: np.ndarray, shared: Sharing | None = None) -> np.ndarray:
+    """The tokens per second a step yielding ``expected`` tokens in ``seconds`` is worth.
+    Shared, it is the whole decode's gain over the decode with a plain step of this
+    answer's, counted per answer in the decode (the answer's own share of the gain) and
+    put on the scale of a plain step alone: plain decoding is worth the same either way,
+    and a lookup needs the same margin over it (``Tuning.min_gain``)."""
+    if shared is None:
+        return expected / seconds
+    n, base = shared.answers, shared.seconds
+    gain = (expected + n) / (seconds + base) * (shared.plain_s + base) / (1.0 + n) - 1.0
+    return np.maximum(1.0 + (1 + n) * gain, 0.0) / shared.alone_plain_s
 
 
 def risk_budget(
@@ -67,13 +114,15 @@ def best_gamma(
     fixed_gamma: int | None = None,
     risk: float = 0.0,
     plain_s: float = 0.0,
+    shared: Sharing | None = None,
 ) -> Choice:
     """The best γ for a drafter whose i-th draft is accepted with chance accept[i], at
     ``fixed_cost`` + ``per_draft`` × (γ − 1) seconds of drafting, with ``verify_row[γ-1]``
     the seconds to verify γ drafts. Only γ whose worst case fits in ``risk``, or else
     (given ``plain_s``, a plain step's seconds) whose expected loss does, are priced
-    (unless the user fixed γ). Runs for every option at every planned step: the arrays are
-    the length of the proposal."""
+    (unless the user fixed γ); ``shared``: the decode the step is expected to share.
+    Runs for every option at every planned step: the arrays are the length of the
+    proposal."""
     longest = len(accept) if fixed_gamma is None else min(fixed_gamma, len(accept))
     if fixed_gamma is None:
         worst = verify_row[:longest] - verify_row[0]
@@ -105,7 +154,7 @@ def best_gamma(
     if per_draft:  # γ − 1 draft decodes after the first
         seconds = seconds + per_draft * np.arange(longest - len(seconds), longest)
     expected = 1.0 + calibration * extra
-    rates = expected / seconds
+    rates = step_rates(expected, seconds, shared)
     i = int(rates.argmax())
     gamma = i + 1 if fixed_gamma is None else longest
     return Choice(drafter, gamma, float(rates[i]), float(expected[i]), float(seconds[i]))

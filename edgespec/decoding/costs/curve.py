@@ -124,6 +124,14 @@ class CostCurve:
         last, value, slope = self._tail
         return self.level * (value + slope * (k - last))
 
+    def estimates(self, ks: np.ndarray) -> np.ndarray:
+        """``estimate`` for every k in ``ks`` (non-negative), in one vectorised pass: those
+        beyond k_max along the line of the last known sizes."""
+        table = self.table()
+        last, value, slope = self._tail
+        beyond = self.level * (value + slope * (ks - last))
+        return np.where(ks <= self.k_max, table[np.minimum(ks, self.k_max)], beyond)
+
     def _estimates(self, ks: np.ndarray) -> tuple[np.ndarray, tuple[int, float, float]]:
         """Estimates at level 1 (the caller scales them by the level), and the line
         (last known size, its value, slope) that prices every size beyond the last."""

@@ -132,7 +132,7 @@ class Generation:
         # The other answers' passes, and their tokens, decoded with the last pass: what the
         # next one is likely to share.
         self._shared_with = (0, 0)
-        self._waited_s = 0.0  # ... and was waited for this much beyond its own share
+        self._waited_s = 0.0  # what the last pass was waited for beyond its own share
 
     def stop(self) -> None:
         """End this answer at its next step (a long prefill at once); no other answer."""

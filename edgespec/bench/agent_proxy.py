@@ -65,7 +65,7 @@ class Exchange:
     streamed: bool = False  # the answer was an SSE stream
     tool_call: bool = False  # the answer asked for a tool call
     ttfb_s: float | None = None  # to the answer's first body byte
-    total_s: float | None = None
+    total_s: float | None = None  # to the answer's end; set last, when the record is whole
     error: str | None = None  # an error status's body, an error event in a stream, a cut upstream
     client_closed: bool = False  # the agent hung up before the answer's end
 
@@ -249,8 +249,9 @@ class _Handler(BaseHTTPRequestHandler):
             complete = self._send(b"0\r\n\r\n")
         if not complete:
             self.close_connection = True  # a cut stream: the agent must see it end, not hang
-        record.total_s = time.perf_counter() - arrived
+        total_s = time.perf_counter() - arrived
         self._scan(record, bytes(kept), answer)
+        record.total_s = total_s  # last: a record with its total is finished, read whole
 
     def _send_head(self, answer: http.client.HTTPResponse, chunked: bool) -> bool:
         """The status line and the upstream's headers (less its framing); False when the

@@ -158,13 +158,13 @@ class AdaptivePolicy:
             )
             calibration = answer.realized.calibration(proposal.drafter)
             row = (verify_row, return_s, 0.0)
-            options.append(self._best(proposal.drafter, accept, row, calibration, risk, shared))
+            options.append(self._best(proposal.drafter, accept, row, calibration, risk, (shared, plain)))
         model = None
         if "model" in self.allowed:
             model = self.model_price(view)
             accept = np.full(cap, self.stats.model)
             row = (verify_row, model.first + return_s, model.per_draft)
-            options.append(self._best("model", accept, row, 1.0, risk, shared))
+            options.append(self._best("model", accept, row, 1.0, risk, (shared, plain)))
         return Priced(options, opened, model)
 
     def _open_proposals(self, view: StepView, cap: int) -> list[OpenProposal]:
@@ -192,10 +192,12 @@ class AdaptivePolicy:
         row: tuple[np.ndarray, float, float],
         calibration: float,
         risk: float,
-        shared: pricing.Sharing | None,
+        sharing: tuple[pricing.Sharing | None, float],
     ) -> Choice:
-        """``row``: the seconds to verify each γ, the drafting's fixed cost and per draft."""
+        """``row``: the seconds to verify each γ, the drafting's fixed cost and per draft;
+        ``sharing``: the decode the step is expected to share, and a plain step's price there."""
         verify_row, fixed_cost, per_draft = row
+        shared, plain_s = sharing
         return pricing.best_gamma(
             drafter,
             accept,
@@ -205,7 +207,7 @@ class AdaptivePolicy:
             calibration=calibration,
             fixed_gamma=self.fixed_gamma,
             risk=risk,
-            plain_s=pricing.plain_seconds(self.costs, shared),
+            plain_s=plain_s,
             shared=shared,
         )
 

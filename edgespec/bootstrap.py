@@ -16,7 +16,9 @@ Runs with the system Python and the standard library only (nothing is installed 
 5. the smoke check: a real greedy decode in a separate process. A build that crashes or
    answers wrong is marked failed in its cache directory and replaced, once, by a portable
    build;
-6. with ``--browser``: Debian's Chromium for the browser test, where it can be installed.
+6. with ``--browser`` (the test set-up): Debian's Chromium for the browser test, where it
+   can be installed, and llama.cpp's sources unpacked from the sdist (no build) for the
+   tests that read its real chat templates.
 """
 
 from __future__ import annotations
@@ -402,6 +404,17 @@ def ensure_browser() -> None:
             return
 
 
+def ensure_llama_cpp_source() -> None:
+    """The tests check the reasoning parser on the chat templates llama.cpp ships: its
+    sources, as the sdist vendors them, are unpacked into the cache once (no build)."""
+    source = home() / "llama.cpp" / f"src-{LLAMA_CPP_VERSION}" / "vendor" / "llama.cpp"
+    if (source / "CMakeLists.txt").is_file():
+        return
+    code = "from edgespec.bench.llamacpp import vendored_source; vendored_source()"
+    if subprocess.run([str(venv_python()), "-c", code], check=False).returncode != 0:
+        say("llama.cpp's sources could not be fetched: the real-template tests will be skipped")
+
+
 def llama_spec() -> str:
     return f"llama-cpp-python=={LLAMA_CPP_VERSION}"
 
@@ -476,6 +489,7 @@ def main() -> None:
         verify_build(build, wheel)
     if args.browser:
         ensure_browser()
+        ensure_llama_cpp_source()
     say(f"ready in {time.monotonic() - started:.1f} s")
 
 

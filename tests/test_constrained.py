@@ -8,10 +8,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import NEAR_TIE, fresh
 
 from edgespec.api import settings_from
 from edgespec.decoding.constrained import Constraint, best_allowed
-from edgespec.decoding.events import Done
+from edgespec.decoding.events import Done, Token
 from edgespec.decoding.grammar import GrammarSpec, GrammarState, constrained_argmax, schema_grammar
 from edgespec.errors import EdgespecError
 
@@ -33,18 +34,26 @@ PROMPT = (
 
 
 def answer(pair, drafter, gamma, **settings) -> Done:
-    events = list(pair.stream(PROMPT, chat=True, drafter=drafter, gamma=gamma, max_tokens=64, **settings))
-    return events[-1]
+    return stream(pair, drafter, gamma, **settings)[-1]
 
 
-_constrained_target: list[Done] = []
+def stream(pair, drafter, gamma, **settings) -> list:
+    # Every answer starts from the prompt read whole, in the same batches: the KV bytes
+    # every drafter verifies against are then the same as target-only's.
+    fresh(pair)
+    return list(pair.stream(PROMPT, chat=True, drafter=drafter, gamma=gamma, max_tokens=64, **settings))
 
 
-def constrained_target(pair) -> Done:
-    """Target-only's answer under the schema, decoded once: every drafter's test compares
-    with it (greedy on the same prompt, it is the same every time)."""
+_constrained_target: list[tuple[Done, list[dict[int, float]]]] = []
+
+
+def constrained_target(pair) -> tuple[Done, list[dict[int, float]]]:
+    """Target-only's answer under the schema and, at each token, the log-probabilities of
+    its best five: decoded once, every drafter's test compares with it."""
     if not _constrained_target:
-        _constrained_target.append(answer(pair, "none", 0, json_schema=SCHEMA))
+        events = stream(pair, "none", 0, json_schema=SCHEMA, logprobs=5)
+        tops = [dict(event.top_logprobs) for event in events if isinstance(event, Token)]
+        _constrained_target.append((events[-1], tops))
     return _constrained_target[0]
 
 
@@ -52,12 +61,23 @@ def constrained_target(pair) -> Done:
     ("drafter", "gamma"), [("ngram", 8), ("copy", 12), ("grammar", 8), ("model", 3), ("auto", "auto")]
 )
 def test_every_drafter_gives_the_constrained_target_answer(pair, drafter, gamma):
-    want = constrained_target(pair)
+    want, tops = constrained_target(pair)
     got = answer(pair, drafter, gamma, json_schema=SCHEMA)
-    assert got.token_ids == want.token_ids
-    record = json.loads(want.text)
-    assert set(record) == {"name", "city", "age", "tags"} and isinstance(record["age"], int)
-    assert want.text == json.dumps(record, separators=(",", ":"), ensure_ascii=False)  # compact
+    pairs = zip(want.token_ids, got.token_ids, strict=False)
+    split = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+    if split is None:
+        assert got.token_ids == want.token_ids
+    else:
+        # A verification pass of several tokens rounds otherwise than one token alone: the
+        # answers may part only where the target's two choices are within that rounding
+        # (between spellings such as ' baker' and 'b'+'aker', seen here).
+        chosen, other = want.token_ids[split], got.token_ids[split]
+        assert other in tops[split], (drafter, split, "a token target-only ranked below its best five")
+        assert tops[split][chosen] - tops[split][other] < NEAR_TIE, (drafter, split)
+    for done in (want, got):
+        record = json.loads(done.text)
+        assert set(record) == {"name", "city", "age", "tags"} and isinstance(record["age"], int)
+        assert done.text == json.dumps(record, separators=(",", ":"), ensure_ascii=False)  # compact
 
 
 def test_json_object_mode_and_the_length_limit(pair):

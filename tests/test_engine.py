@@ -9,18 +9,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import fresh
+from conftest import NEAR_TIE, fresh
 
 from edgespec.api import EdgeSpec, settings_from
 from edgespec.bench.prompts import PROMPTS as PROMPTS_BY_CATEGORY
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Step, Token
 from edgespec.decoding.policy import LINE_BREAK, UNIT_END
 from edgespec.runtime.model import Snapshot
-
-# Measured bound of llama.cpp's batch-size-dependent rounding (tests/test_runtime.py): a
-# speculative run may only part from target-only decoding where the target's two best
-# logits are closer than this.
-NEAR_TIE = 1.5
 
 PROMPTS = [
     "Write a Python function that merges two sorted lists, with a docstring.",

@@ -91,7 +91,7 @@ def build(jobs: int | None = None, tool: str = TOOLS[0]) -> Path:
     if shutil.which("cmake") is None:
         raise EdgespecError("building llama.cpp's tools needs cmake (apt-get install cmake)")
     build_dir = binary.parent.parent
-    source = _vendored_source(build_dir.parent)
+    source = vendored_source(build_dir.parent)
     subprocess.run(
         ["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
          "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -107,9 +107,11 @@ def build(jobs: int | None = None, tool: str = TOOLS[0]) -> Path:
     return binary
 
 
-def _vendored_source(work: Path) -> Path:
+def vendored_source(work: Path | None = None) -> Path:
     """llama.cpp's sources as the llama-cpp-python sdist vendors them, unpacked once under
-    ``work`` (kept: every tool's build directory is configured from this one tree)."""
+    ``work`` (default: the cache's ``llama.cpp``; kept: every tool's build directory is
+    configured from this one tree, and the tests read its real chat templates)."""
+    work = work or store.home() / "llama.cpp"
     source = work / f"src-{LLAMA_CPP_VERSION}" / "vendor" / "llama.cpp"
     if (source / "CMakeLists.txt").is_file():
         return source

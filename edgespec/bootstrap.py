@@ -404,11 +404,16 @@ def ensure_browser() -> None:
             return
 
 
+def llama_cpp_source() -> Path:
+    """Where llama.cpp's sources, as the llama-cpp-python sdist vendors them, are unpacked
+    in the cache (``edgespec.bench.llamacpp.vendored_source`` unpacks them)."""
+    return home() / "llama.cpp" / f"src-{LLAMA_CPP_VERSION}" / "vendor" / "llama.cpp"
+
+
 def ensure_llama_cpp_source() -> None:
     """The tests check the reasoning parser on the chat templates llama.cpp ships: its
-    sources, as the sdist vendors them, are unpacked into the cache once (no build)."""
-    source = home() / "llama.cpp" / f"src-{LLAMA_CPP_VERSION}" / "vendor" / "llama.cpp"
-    if (source / "CMakeLists.txt").is_file():
+    sources are unpacked into the cache once (no build)."""
+    if (llama_cpp_source() / "CMakeLists.txt").is_file():
         return
     code = "from edgespec.bench.llamacpp import vendored_source; vendored_source()"
     if subprocess.run([str(venv_python()), "-c", code], check=False).returncode != 0:

@@ -124,10 +124,10 @@ def test_deepseek_r1_prompt_opens_the_thinking() -> None:
 def _vendored_templates() -> Path | None:
     """The real templates llama.cpp ships (models/templates/ of its source), where the
     llama-server build for the sessions benchmark left that source in the cache."""
-    from edgespec.host import home
+    from edgespec.bootstrap import llama_cpp_source
 
-    found = sorted(home().glob("llama.cpp/src-*/vendor/llama.cpp/models/templates"))
-    return found[-1] if found else None
+    templates = llama_cpp_source() / "models" / "templates"
+    return templates if templates.is_dir() else None
 
 
 REAL = _vendored_templates()

@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.bootstrap import LLAMA_CPP_VERSION  # the sdist the runtime is built from
+from edgespec.bootstrap import LLAMA_CPP_VERSION, llama_cpp_source  # the sdist the runtime is built from
 from edgespec.errors import EdgespecError
 from edgespec.models import store
 from edgespec.runtime import system
@@ -91,7 +91,7 @@ def build(jobs: int | None = None, tool: str = TOOLS[0]) -> Path:
     if shutil.which("cmake") is None:
         raise EdgespecError("building llama.cpp's tools needs cmake (apt-get install cmake)")
     build_dir = binary.parent.parent
-    source = vendored_source(build_dir.parent)
+    source = vendored_source()
     subprocess.run(
         ["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
          "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -107,14 +107,14 @@ def build(jobs: int | None = None, tool: str = TOOLS[0]) -> Path:
     return binary
 
 
-def vendored_source(work: Path | None = None) -> Path:
-    """llama.cpp's sources as the llama-cpp-python sdist vendors them, unpacked once under
-    ``work`` (default: the cache's ``llama.cpp``; kept: every tool's build directory is
-    configured from this one tree, and the tests read its real chat templates)."""
-    work = work or store.home() / "llama.cpp"
-    source = work / f"src-{LLAMA_CPP_VERSION}" / "vendor" / "llama.cpp"
+def vendored_source() -> Path:
+    """llama.cpp's sources as the llama-cpp-python sdist vendors them, unpacked once into
+    the cache (kept: every tool's build directory is configured from this one tree, and the
+    tests read its real chat templates)."""
+    source = llama_cpp_source()
     if (source / "CMakeLists.txt").is_file():
         return source
+    work = source.parent.parent.parent
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         subprocess.run(

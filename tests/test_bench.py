@@ -328,6 +328,8 @@ def test_cpu_regime_loads_what_it_was_given():
         (["--configs", "auto", "llama.cpp ngram-mod"], "need the tool: add --llamacpp"),
         (["--categories", "poetry"], "unknown category 'poetry'"),
         (["--split", "half"], "invalid choice"),
+        (["--app", "none", "--regime", "f16"], "--app measures the default pair"),
+        (["--parallel", "1"], "--parallel needs at least 2 answers"),
     ],
 )
 def test_bench_bad_input_is_one_line(args, fragment):

@@ -172,6 +172,9 @@ def report(args: argparse.Namespace) -> int:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """``edgespec bench --app``: its --repeats, --max-tokens, --ctx and --json apply."""
+    if (args.regime, args.target, args.draft) != ("cpu", "default", "default"):
+        # The app loads the pair `make run` loads; a flag it would ignore is refused instead.
+        raise EdgespecError("--app measures the default pair: --regime, --target and --draft do not apply")
     app_args = argparse.Namespace(
         drafters=args.app or ["none", "auto"],
         repeats=max(args.repeats, 2),

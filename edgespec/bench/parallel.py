@@ -1,6 +1,6 @@
 """Several answers at once against the same answers one after another, on one pair.
 
-    edgespec bench --parallel 4 [--parallel-drafters none auto] [--repeats 2] [--split test]
+    edgespec bench --parallel 4 [--parallel-drafters none auto] [--repeats 2] [--split test] [--regime f16]
 
 The pair is loaded as ``serve --parallel N`` loads it (N sequences, one engine thread);
 N prompts of the chosen split (one per category in turn, so the answers differ in length
@@ -149,10 +149,12 @@ def record(side: Side, answered: list[Answered], wall_s: float, price: Callable[
 
 def measure(args: argparse.Namespace) -> list[Comparison]:
     from edgespec.api import EdgeSpec, RuntimeOptions
+    from edgespec.bench.regimes import pair_for
 
     count = args.parallel
     options = RuntimeOptions(n_ctx=args.ctx, parallel=count, engine_thread=True, threads=args.threads)
-    lm = EdgeSpec(args.target, args.draft, options=options, quiet=True)
+    pair = pair_for(args.regime, args.target, args.draft)  # f16: converted once, cached
+    lm = EdgeSpec(pair.target, pair.draft, options=options, quiet=True)
     try:
         # The curve as measured before any answer: the controller goes on learning it, and
         # every repeat's ceiling is priced alike.

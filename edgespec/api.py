@@ -273,6 +273,17 @@ class EdgeSpec:
         assert done is not None
         return done
 
+    def start_afresh(self) -> None:
+        """Empty every sequence of both models and forget the conversations the drafters
+        remember (the ``suffix`` index): the state a new process starts in, which a
+        benchmark's runs each stand for. (The prompt cache, where one is on, stays.)"""
+        with self.lock:
+            for model in (self.target, self.draft):
+                for seq in range(model.n_seq if model is not None else 0):
+                    model.use(seq)
+                    model.reset()
+            self.engine.shared.suffixes.clear()
+
     def close(self, timeout: float = 60.0) -> None:
         """End the answers still open on this pair, and free the models once the running
         one has let go of them (within ``timeout`` seconds; else they are left loaded)."""

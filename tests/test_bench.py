@@ -19,7 +19,16 @@ from edgespec.bench.corpus import CATEGORIES, CORPUS, EDIT_KINDS, KINDS, select
 from edgespec.bench.llamacpp import ReferenceRun
 from edgespec.bench.prompts import PROMPTS, REPRESENTATIVE
 from edgespec.bench.regimes import pair_for
-from edgespec.bench.runner import ALL_CONFIGS, BASELINE, Report, Run, geomean, run_benchmark, with_baselines
+from edgespec.bench.runner import (
+    ALL_CONFIGS,
+    BASELINE,
+    Config,
+    Report,
+    Run,
+    geomean,
+    run_benchmark,
+    with_baselines,
+)
 from edgespec.cli.bench import _near, bars, noise_line
 from edgespec.cli.generate import summary_line
 from edgespec.decoding.events import Done, Stats
@@ -280,6 +289,15 @@ def test_runner_interleaves_configurations_and_compares_like_with_like(pair):
     # One prompt: the geometric mean is that prompt's median ratio over the repeats.
     assert cell.decode_ratio == pytest.approx(statistics.median(expected))
     assert report.costs and report.machine
+
+
+def test_each_run_starts_as_a_new_process_with_no_earlier_answer_to_copy(pair):
+    """A repeat asks the prompt the earlier runs answered: left in the pair's `suffix`
+    index, their answers would be drafted whole (a replay, not decoding)."""
+    suffix = Config("suffix γ=8", "suffix", 8)
+    report = run_benchmark(pair, select("all", None, ["math-bakery-1"]), [suffix], max_tokens=24, repeats=2)
+    assert [r.tokens for r in report.runs] == [24, 24]
+    assert [r.accepted.get("suffix", 0) for r in report.runs] == [0, 0]
 
 
 # -- the F16 conversion ------------------------------------------------------------------------------

@@ -47,6 +47,17 @@ def test_it_finds_a_quote_from_another_conversation():
     assert proposal.asked == 8 and not proposal.from_prediction
 
 
+def test_a_cleared_index_has_forgotten_every_conversation():
+    index = SuffixIndex()
+    answer(index, [1, 2, 3, *QUOTE, 4, 5])
+    index.clear()
+    assert len(index) == 0 and index.keys == 0
+    drafter = answer(index, [7, 8, 9])
+    assert drafter.proposal([7, 8, 9, *QUOTE[:12]], 8).tokens == ()
+    answer(index, [1, 2, 3, *QUOTE, 4, 5])  # and it indexes anew
+    assert drafter.proposal([7, 8, 9, *QUOTE[:12]], 8).tokens == tuple(QUOTE[12:20])
+
+
 def test_it_proposes_nothing_from_nothing():
     index = SuffixIndex()
     drafter = answer(index, [])

@@ -55,9 +55,7 @@ def label(way: tuple[str, bool]) -> str:
 
 def answer(lm: EdgeSpec, tokens: list[int], prompt: CorpusPrompt, way: tuple[str, bool], n: int) -> list[int]:
     drafter, cached = way
-    lm.target.reset()
-    if lm.draft is not None:
-        lm.draft.reset()
+    lm.start_afresh()  # no earlier answer of this prompt for `suffix` to copy
     extras = settings_extras(prompt)
     if cached:  # an earlier answer leaves the prompt in the caches
         lm.generate(tokens, drafter="none", max_tokens=1, **extras)

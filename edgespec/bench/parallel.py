@@ -7,7 +7,9 @@ N prompts of the chosen split (one per category in turn, so the answers differ i
 and kind) are answered one after another and then all at once, interleaved with each side
 first in turn. Greedy. Twice per drafter: with the prompts already in their slots (a
 returning conversation: what is compared is the decoding) and from empty caches (each
-prompt read whole, which both sides pay alike: one answer's prompt is read alone). It
+prompt read whole, which both sides pay alike: one answer's prompt is read alone). Each side
+starts with the ``suffix`` index empty, as a new process does: both sides answer the same
+prompts, and the second would otherwise copy the first's answers. It
 reports the total tokens per second of each side and their ratio; at once, the answer
 slowed most against its own pace in turn, as a share of the answers' mean (none starved);
 and the share of passes decoded with other answers' passes.
@@ -111,13 +113,6 @@ def lockstep_ceiling(passes: list[list[int]], wall_s: float, price: Callable[[in
     return wall_s / max(wall_s - alone + rounds, 1e-9)
 
 
-def empty_caches(lm) -> None:
-    for model in (lm.target, lm.draft):
-        for seq in range(model.n_seq if model is not None else 0):
-            model.use(seq)
-            model.reset()
-
-
 def one_side(lm, prompts: list[list[int]], drafter: str, max_tokens: int, together: bool) -> list[Answered]:
     if not together:
         return [answer(lm, tokens, drafter, max_tokens) for tokens in prompts]
@@ -166,7 +161,7 @@ def measure(args: argparse.Namespace) -> list[Comparison]:
             for comparison in comparisons:
                 sides = [(False, comparison.serial), (True, comparison.together)]
                 for together, side in sides if repeat % 2 == 0 else reversed(sides):
-                    empty_caches(lm)
+                    lm.start_afresh()  # and no earlier answer for `suffix` to copy
                     if comparison.cached:  # each prompt left in a slot, read again but for a token
                         one_side(lm, prompts, "none", 1, together=True)
                     start = time.perf_counter()

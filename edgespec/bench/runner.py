@@ -371,11 +371,10 @@ def _edgespec_run(
     run_seed: int | None,
     max_tokens: int,
 ) -> Run:
-    """One answer of edgespec's own in ``config``, from empty caches (a full prefill, like a
-    new process), with its steps and accepted tokens counted per drafter."""
-    lm.target.reset()
-    if lm.draft is not None:
-        lm.draft.reset()
+    """One answer of edgespec's own in ``config``, as a new process gives it (a full prefill,
+    no earlier answer for ``suffix`` to copy), with its steps and accepted tokens counted
+    per drafter."""
+    lm.start_afresh()
     settings = settings_from(
         temperature=config.temperature,
         seed=run_seed,

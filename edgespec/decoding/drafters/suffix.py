@@ -143,6 +143,15 @@ class SuffixIndex:
     def __init__(self, capacity: int = CAPACITY, key: int = KEY, depth: int = DEPTH):
         assert capacity > key >= 1 and depth >= 1
         self.capacity, self.key, self.depth = capacity, key, depth
+        self._lock = threading.Lock()
+        self._empty()
+
+    def clear(self) -> None:
+        """Forget every conversation: the index a new process starts with."""
+        with self._lock:
+            self._empty()
+
+    def _empty(self) -> None:
         self._tokens = array("i")
         self._prev = array("q")  # per token: the earlier token with its key, or _NONE, _UNKEYED
         self._keys = array("Q")  # per token: its key (what dropping it deletes)
@@ -154,7 +163,6 @@ class SuffixIndex:
         self._nexts: list[int] = []  # ... and where its writer went on after it (-1: nowhere yet)
         self._writer: Conversation | None = None  # whose segment the store ends with
         self._recent: list[Conversation] = []  # oldest first
-        self._lock = threading.Lock()
 
     @property
     def end(self) -> int:

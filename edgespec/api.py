@@ -278,10 +278,12 @@ class EdgeSpec:
         remember (the ``suffix`` index): the state a new process starts in, which a
         benchmark's runs each stand for. (The prompt cache, where one is on, stays.)"""
         with self.lock:
-            for model in (self.target, self.draft):
-                for seq in range(model.n_seq if model is not None else 0):
+            for model in (m for m in (self.target, self.draft) if m is not None):
+                current = model.seq
+                for seq in range(model.n_seq):
                     model.use(seq)
                     model.reset()
+                model.use(current)
             self.engine.shared.suffixes.clear()
 
     def close(self, timeout: float = 60.0) -> None:

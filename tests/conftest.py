@@ -135,10 +135,8 @@ def replay_recordings(pair: EdgeSpec) -> list:
 
 
 def fresh(lm: EdgeSpec) -> EdgeSpec:
-    """Empty both KV caches, so a run starts from a full prefill like a new process."""
-    lm.target.reset()
-    if lm.draft is not None:
-        lm.draft.reset()
+    """Start ``lm`` as a new process would: a full prefill, no earlier answer remembered."""
+    lm.start_afresh()
     return lm
 
 

@@ -279,11 +279,7 @@ class EdgeSpec:
         benchmark's runs each stand for. (The prompt cache, where one is on, stays.)"""
         with self.lock:
             for model in (m for m in (self.target, self.draft) if m is not None):
-                current = model.seq
-                for seq in range(model.n_seq):
-                    model.use(seq)
-                    model.reset()
-                model.use(current)
+                model.empty_all()
             self.engine.shared.suffixes.clear()
 
     def close(self, timeout: float = 60.0) -> None:

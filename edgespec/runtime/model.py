@@ -543,24 +543,25 @@ class Model:
             raise EdgespecError(f"{self.name}: restoring a cached state failed")
         self.tokens = list(tokens)
 
+    def empty_all(self) -> None:
+        """Empty every sequence (llama.cpp's whole memory); the current one stays current."""
+        llama_cpp.llama_memory_clear(self._memory, True)
+        self._parked = [([], None) for _ in range(self.n_seq)]
+        self.tokens, self._snapshot = [], None
+
     def reset(self) -> None:
         """Empty the sequence (removing a whole sequence never fails)."""
         llama_cpp.llama_memory_seq_rm(self._memory, self.seq, -1, -1)
-        self.tokens = []
-        self._snapshot = None
+        self.tokens, self._snapshot = [], None
 
     def cache_span(self) -> tuple[int, int]:
-        """(first, last) position llama.cpp holds for the sequence; (-1, -1) when empty.
-        Lets tests check the cache against ``tokens`` directly."""
-        return (
-            llama_cpp.llama_memory_seq_pos_min(self._memory, self.seq),
-            llama_cpp.llama_memory_seq_pos_max(self._memory, self.seq),
-        )
+        """(first, last) position llama.cpp holds for the sequence, (-1, -1) if empty: for tests."""
+        mem, seq = self._memory, self.seq
+        return llama_cpp.llama_memory_seq_pos_min(mem, seq), llama_cpp.llama_memory_seq_pos_max(mem, seq)
 
     def sync(self, tokens: list[int], *, start: bool = False, most: int | None = None) -> int:
-        """Make the cache hold a prefix of ``tokens`` as long as possible without decoding,
-        always leaving at least one token of ``tokens`` undecoded (its logits are needed).
-        Returns how many tokens are reused.
+        """Make the cache hold the longest prefix of ``tokens`` it can without decoding, less
+        at least one token (whose logits are needed); returns how many tokens are reused.
 
         ``start``: the first sync of an answer (its prompt), where the pair's prompt cache
         may keep what the sequence holds and bring in a stored state sharing more of it.

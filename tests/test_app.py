@@ -479,12 +479,13 @@ def test_second_session_waits_its_turn_and_cannot_stop_the_first(app_url: str, c
 def test_baseline_is_measured_before_any_speedup_is_shown(client: Client):
     missing = client.predict(api_name="/measure_baseline")
     assert "send a message first" in missing[OUT["error"]]
-    ask(client, CODE_PROMPT).result(timeout=180)
+    # Short answers: the baseline reads each twice more, and only the figures are checked.
+    ask(client, CODE_PROMPT, max_tokens=12).result(timeout=180)
     measured = client.predict(api_name="/measure_baseline")
     speedup = measured[OUT["speedup"]]
     assert "speedup ×" in speedup and "vs measured baseline (" in speedup and "tok/s)" in speedup
     # A follow-up is another prompt: the figure is withdrawn, not carried over to it.
-    follow_up = ask(client, "Now make it shorter.", max_tokens=16).result(timeout=180)
+    follow_up = ask(client, "Now make it shorter.", max_tokens=12).result(timeout=180)
     assert "speedup ×" not in follow_up[OUT["speedup"]]
     assert "speedup ×" in client.predict(api_name="/measure_baseline")[OUT["speedup"]]
     # Clear forgets the answers, and their baseline with them.

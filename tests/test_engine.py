@@ -147,9 +147,9 @@ def assert_greedy_exact(lm: EdgeSpec, prompt: str, drafter: str, gamma, length: 
 # multi-byte text; the whole cross product took twelve minutes on a 2-core AVX2 CPU, where a
 # drafted step costs several plain ones.
 EXACTNESS_CASES = [
-    ("model", 1, (1, 4)),
+    ("model", 1, (4,)),
     ("model", 5, (3,)),
-    ("ngram", 4, (2, 4, 7)),
+    ("ngram", 4, (1, 2, 4, 7)),
     ("copy", 8, (0, 5, 6)),
     ("auto", "auto", (0, 2, 4, 6)),
 ]
@@ -190,7 +190,9 @@ COPYING_CASES = [
     ("ngram", 16, (EDITING,)),
     ("reflow", 16, (SUMMARY,)),  # the drafter for text re-wrapped between source and answer
     ("copy", 48, (EDITING,)),
-    ("auto", "auto", (EDITING, SUMMARY)),
+    # `auto` on the pair where its copies run longest (the edit); the summary's re-wrapped
+    # copies are checked with their own drafter above.
+    ("auto", "auto", (EDITING,)),
 ]
 
 

@@ -12,8 +12,8 @@ from tests.server_fixtures import Server, serve
 pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
 OPENINGS = {
-    "code": "\n".join(f"def handler_{i}(event):\n    return event.get('k{i}', {i})\n" for i in range(12)),
-    "notes": "\n".join(f"- meeting {i}: decided to move item {i * 7} to sprint {i % 5}" for i in range(12)),
+    "code": "\n".join(f"def handler_{i}(event):\n    return event.get('k{i}', {i})\n" for i in range(8)),
+    "notes": "\n".join(f"- meeting {i}: decided to move item {i * 7} to sprint {i % 5}" for i in range(8)),
 }
 
 

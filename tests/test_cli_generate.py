@@ -4,9 +4,11 @@ command and the real default models (bad input is refused before any model loads
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
-from conftest import run_cli
+from conftest import REPO, run_cli
 from test_models_cli import one_error_line
 
 from edgespec.cli.generate import summary_line
@@ -88,8 +90,11 @@ def test_chat_one_token_answer_has_no_tau():
     # One token comes from the prefill alone: no target pass follows it, so τ and the
     # decode rate have nothing to stand on.
     args = ["--drafter", "none", "--gamma", "0", "--max-tokens", "1", "--ctx", "512"]
-    result = run_cli("chat", *args, stdin="Say yes.\n\n")
+    # A line that is not UTF-8 is named and skipped; the chat goes on.
+    result = run_piped("chat", *args, stdin=b"caf\xe9\nSay yes.\n\n")
     assert result.returncode == 0, result.stderr
+    assert "that line is not UTF-8 text (byte 0xe9 at character 4)" in result.stderr
+    assert "Traceback" not in result.stderr
     line = next(ln for ln in result.stderr.splitlines() if "tok/s" in ln)
     assert line.startswith("[1 token, decode — / end-to-end ")
     assert "τ —" in line and "nothing drafted" in line and "τ 0.00" not in line
@@ -125,10 +130,25 @@ def test_summary_line_says_only_what_was_measured():
         (["--prompt-file", "/nonexistent/prompt.txt"], "prompt file not found"),
         (["--prompt", "hi", "--max-tokens", "0"], "max tokens must be at least 1"),
         (["--prompt", "hi", "--drafter", "psychic"], "unknown drafter 'psychic'; choose one of auto,"),
+        # Bytes that are not UTF-8 reach Python as lone surrogates ("\udce9" is byte 0xe9).
+        (["caf\udce9 au lait"], "the prompt is not UTF-8 text (byte 0xe9 at character 4)"),
+        (["--system", "\udcff", "hi"], "--system is not UTF-8 text (byte 0xff"),
+        (["--stop", "x\udcff", "hi"], "--stop is not UTF-8 text (byte 0xff at character 2)"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, fragment):
     one_error_line(run_cli("generate", *args), fragment)
+
+
+def run_piped(*args: str, stdin: bytes) -> subprocess.CompletedProcess[str]:
+    """The real command with ``stdin`` as bytes, which ``run_cli``'s text mode cannot send."""
+    command = [sys.executable, "-m", "edgespec", *args]
+    ran = subprocess.run(command, input=stdin, capture_output=True, cwd=REPO)
+    return subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
+
+
+def test_a_piped_prompt_that_is_not_utf8_is_one_line():
+    one_error_line(run_piped("generate", stdin=b"caf\xe9\n"), "the prompt is not UTF-8 text (byte 0xe9")
 
 
 def test_chat_checks_drafter_and_gamma_alike():

@@ -116,7 +116,7 @@ def test_malformed_json_is_a_400(server: Server) -> None:
     assert_error(post(server, b'{"prompt": [[1, 2], [3]]}', "/completions"), 400, "prompt")
 
 
-def test_no_body_is_a_500(server: Server) -> None:
+def test_deep_huge_and_mistyped_bodies_are_400s(server: Server) -> None:
     """Bodies nested too deep, numbers too large, and wrong types in the new fields: each a
     400 in OpenAI's error shape."""
     deep = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
@@ -153,6 +153,20 @@ def test_no_body_is_a_500(server: Server) -> None:
     ]
     for fields, param in bad:
         assert_error(post(server, {"messages": HELLO, **fields}), 400, param)
+
+
+def test_half_a_surrogate_pair_is_read_as_the_replacement_character(server: Server) -> None:
+    """A client that cuts a string between the two halves of a pair sends one alone, which
+    JSON allows and no tokenizer takes: it is read as U+FFFD, never refused or a 500."""
+    tokenized = [
+        httpx.post(f"{server.url}/tokenize", content=body, headers=server.headers()).json()["tokens"]
+        for body in (b'{"content": "caf\\ud83d au lait"}', '{"content": "caf\ufffd au lait"}'.encode())
+    ]
+    assert tokenized[0] == tokenized[1]
+    chat = b'{"messages": [{"role": "user", "content": "Say \\udc00 hello."}], "max_tokens": 1}'
+    assert post(server, chat).status_code == 200
+    anthropic = b'{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "\\ud800"}]}'
+    assert post(server, anthropic, "/messages").status_code == 200
 
 
 def test_any_model_name_and_unknown_fields_are_answered(server: Server) -> None:

@@ -232,6 +232,27 @@ def check_decoding_args(args: argparse.Namespace) -> None:
         raise EdgespecError(f"gamma {args.gamma} does not fit in a context of {args.ctx} tokens")
     if args.threads is not None and args.threads < 1:
         raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
+    if args.system is not None:
+        utf8_text(args.system, "--system")
+    for stop in args.stop:
+        utf8_text(stop, "--stop")
+
+
+def utf8_text(text: str, what: str) -> str:
+    """``text`` as given when UTF-8 can carry it; a clear error otherwise.
+
+    Python reads arguments and stdin that are not UTF-8 with one lone surrogate for each
+    byte it cannot decode, and no tokenizer takes those."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        bad = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise EdgespecError(
+            f"{what} is not UTF-8 text ({bad} at character {exc.start + 1}); "
+            "convert it first, e.g. with iconv -t UTF-8"
+        ) from None
+    return text
 
 
 def cache_options(args: argparse.Namespace, *, serving: bool) -> CacheOptions:
@@ -312,7 +333,7 @@ def read_prompt(args: argparse.Namespace) -> str:
         text = sys.stdin.read()
     if not text.strip():
         raise EdgespecError("the prompt is empty")
-    return text
+    return utf8_text(text, "the prompt")
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -380,6 +401,11 @@ def run_chat(args: argparse.Namespace) -> int:
             return 0
         if line.strip() == "/clear":
             messages = messages[:1] if args.system else []
+            continue
+        try:
+            utf8_text(line, "that line")
+        except EdgespecError as exc:
+            print(f"edgespec: error: {exc}", file=sys.stderr)
             continue
         messages.append({"role": "user", "content": line})
         print("assistant> ", end="", flush=True)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -35,6 +36,8 @@ DISCONNECT_POLL_S = 0.25
 # Deeper than any request a client sends (a tool's JSON schema included), and far from
 # Python's recursion limit, which a template or a schema converter would otherwise hit.
 MAX_DEPTH = 64
+# A surrogate left alone: the parser pairs every high one followed by a low one.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Seconds a stream may stay silent before a keep-alive is sent: a long prompt on a CPU can
 # take minutes before its first token, and clients (Claude Code among them) give up on an
@@ -51,8 +54,7 @@ async def read_json(request: Request) -> Any:
     """The request's body as JSON; a 400 naming what is wrong with it otherwise."""
     raw = await request.body()
     try:
-        body = json.loads(raw, parse_constant=_no_constants)
-        _check_depth(body)
+        body = _mended(json.loads(raw, parse_constant=_no_constants))
     except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN/Infinity, a 5,000-digit number
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -64,16 +66,22 @@ def _no_constants(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _check_depth(value: object, depth: int = 0) -> None:
-    """Refuse a body nested deeper than MAX_DEPTH (as a RecursionError, like the parser)."""
+def _mended(value: Any, depth: int = 0) -> Any:
+    """``value`` with each lone surrogate in its strings made U+FFFD, the replacement
+    character; a RecursionError, like the parser's, past MAX_DEPTH.
+
+    JSON may escape half of a surrogate pair (``"\\ud83d"``, from a client that cut a
+    string between the two), and no tokenizer takes it. Refusing it would refuse every
+    later turn of an agent that resends its history; one character replaced loses less."""
     if depth > MAX_DEPTH:
         raise RecursionError
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, dict):
-        for item in value.values():
-            _check_depth(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_depth(item, depth + 1)
+        return {_mended(key, depth + 1): _mended(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_mended(item, depth + 1) for item in value]
+    return value
 
 
 def submit(engine: EngineQueue, job: Job) -> Ticket:

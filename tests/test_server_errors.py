@@ -9,7 +9,8 @@ import sys
 import httpx
 import openai
 import pytest
-from conftest import SERVER_KEY
+from conftest import SERVER_KEY, run_cli
+from test_models_cli import one_error_line
 
 from tests.server_fixtures import REPO, Server
 
@@ -248,6 +249,25 @@ def test_taken_port_is_one_line_and_exit_2(server: Server) -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("edgespec: error: cannot serve on 127.0.0.1:")
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--port", "99999"], "port must be in 1..65535 (got 99999)"),
+        (["--parallel", "0"], "--parallel must be in 1..64 (got 0)"),
+        (["--max-queue", "-1"], "--max-queue must be >= 0 (got -1)"),
+        (["--cache-ram", "-1"], "--cache-ram must be >= 0 GiB"),
+        (["--cache-dir", "{file}"], "is not a directory"),
+        (["--cache-dir", "{file}/states"], "--cache-dir: cannot make"),
+        (["--ctx", "10"], "at least 16 tokens"),
+        (["--threads", "0"], "threads must be >= 1 (got 0)"),
+    ],
+)
+def test_bad_flags_are_one_line_before_any_model_loads(tmp_path, flags: list[str], fragment: str) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    flags = [flag.format(file=tmp_path / "file") for flag in flags]
+    one_error_line(run_cli("serve", *flags, timeout=60), fragment)
 
 
 def test_public_host_without_key_warns(server: Server) -> None:

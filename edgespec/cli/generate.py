@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import textwrap
@@ -264,9 +265,21 @@ def cache_options(args: argparse.Namespace, *, serving: bool) -> CacheOptions:
     if ram < 0:
         raise EdgespecError(f"--cache-ram must be >= 0 GiB (got {ram:g})")
     directory = Path(args.cache_dir).expanduser() if args.cache_dir else None
-    if directory is not None and directory.exists() and not directory.is_dir():
-        raise EdgespecError(f"--cache-dir: {directory} is not a directory")
+    if directory is not None:
+        _usable_directory(directory)
     return CacheOptions(ram_bytes=int(ram * GIB), directory=directory)
+
+
+def _usable_directory(directory: Path) -> None:
+    """Made if need be and writable, or one line naming why not, before any model loads."""
+    if directory.exists() and not directory.is_dir():
+        raise EdgespecError(f"--cache-dir: {directory} is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EdgespecError(f"--cache-dir: cannot make {directory}: {exc.strerror}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise EdgespecError(f"--cache-dir: {directory} is not writable")
 
 
 def default_cache_gib() -> float:

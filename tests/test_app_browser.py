@@ -272,3 +272,35 @@ def test_chat_in_a_real_browser(app_url: str):
             print(f"screenshots: {OUTPUT_DIR / 'app_browser.png'}, {second_shot} and {plain_shot}")
         finally:
             browser.close()
+
+
+# Counts the animation frames the page's own scripts are given (it runs before the app's
+# page script, so it sees only the frames that script lets through).
+COUNT_FRAMES_JS = """(() => {
+    const frame = window.requestAnimationFrame.bind(window);
+    window.framesDrawn = 0;
+    window.requestAnimationFrame = (callback) => frame((time) => { window.framesDrawn++; callback(time); });
+})();"""
+
+
+def test_an_idle_page_asks_for_no_frames(app_url: str):
+    """Nothing changes on an idle page, so it draws (almost) nothing: Gradio's status
+    tracker, and the animation loop a frame of it starts, would redraw it about 13 times a
+    second, a share of a core that a decoding answer needs."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1200})
+            context.add_init_script(COUNT_FRAMES_JS)
+            page = context.new_page()
+            page.goto(app_url)
+            page.wait_for_selector("#message textarea")
+            time.sleep(3)  # the first render's frames
+            before = page.evaluate("window.framesDrawn")
+            time.sleep(4)
+            drawn = page.evaluate("window.framesDrawn") - before
+            assert drawn <= 4, f"an idle page drew {drawn} frames in 4 s"
+        finally:
+            browser.close()

@@ -95,21 +95,28 @@ connect();
 # Gradio 6's status tracker keeps a timer loop of one callback per animation frame running
 # even on an idle page (60 frames a second: about 10 % of a core in a software-rendered
 # browser, all of it taken from the decoding), and each of its frames restyles and lays out
-# the whole page (5-8 ms of the browser's main thread, more in its compositor). The app
-# hides every progress display, so the timer is never read: its frames are let through
-# once every 5 s (twice a second still cost `none` 6 % of its rate in the app,
-# docs/app-cost.md); every other caller keeps every frame.
+# the whole page (5-8 ms of the browser's main thread, more in its compositor); a frame it
+# asks for also starts Svelte's shared animation loop, which then asks for the next frame
+# itself. The app hides every progress display, so neither is ever seen: a frame asked for
+# by the tracker, or from inside a frame it asked for, is let through once a minute
+# (twice a second cost `none` 6 % of its rate in the app, docs/app-cost.md); every other
+# caller keeps every frame.
 # It must run before Gradio's modules take their reference to requestAnimationFrame, so
 # it goes first in the page's <head> (``HeadScript``), not in Gradio's own ``head``.
-TRACKER_FRAME_MS = 5000
+TRACKER_FRAME_MS = 60_000
 PAGE_SCRIPT = (
     b"""<script>
 (() => {
   const TRACKER_FRAME_MS = %d;
   const frame = window.requestAnimationFrame.bind(window);
+  let inTracker = false;
+  const tracked = (callback) => (time) => {
+    inTracker = true;
+    try { callback(time); } finally { inTracker = false; }
+  };
   window.requestAnimationFrame = (callback) => {
-    if ((new Error().stack || "").includes("statustracker")) {
-      return setTimeout(() => frame(callback), TRACKER_FRAME_MS);
+    if (inTracker || (new Error().stack || "").includes("statustracker")) {
+      return setTimeout(() => frame(tracked(callback)), TRACKER_FRAME_MS);
     }
     return frame(callback);
   };

@@ -8,7 +8,6 @@ so its own Gradio session (conversation, Stop ownership).
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import subprocess
@@ -30,7 +29,14 @@ from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, NONE, NONE_CO
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
 from edgespec.runtime.prompt_cache import GIB, CacheOptions
 from edgespec.ui.answer import AnswerRun
-from edgespec.ui.figures import DRAFTED_NAME, DRAFTER_COLOURS, NO_DRAFT_NAME, steps_figure
+from edgespec.ui.figures import (
+    DRAFTED_NAME,
+    DRAFTER_COLOURS,
+    NO_DRAFT_NAME,
+    NO_STEPS_TEXT,
+    step_series,
+    steps_chart_html,
+)
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.handlers import View
 from edgespec.ui.layout import build_app, drafter_choices, drafter_help, launch_app
@@ -156,25 +162,54 @@ def test_every_drafter_has_its_registry_colour_in_the_step_chart():
     assert len(set(DRAFTER_COLOURS.values())) == len(DRAFTER_COLOURS)
 
     steps = [step(name, 3, 1 + i % 3) for i, name in enumerate(REGISTRY)]
-    traces = {trace.name: trace for trace in steps_figure(steps).data}
+    series = {s.name: s for s in step_series(steps)}
+    markup = steps_chart_html(steps)
     for i, (name, spec) in enumerate(REGISTRY.items()):
-        trace = traces[f"accepted ({name})"]
-        assert trace.marker.color == spec.colour
-        assert list(trace.x) == [i + 1] and list(trace.y) == [1 + i % 3]
+        drawn = series[f"accepted ({name})"]
+        assert drawn.colour == spec.colour
+        assert [(p.step, p.value) for p in drawn.points] == [(i + 1, 1 + i % 3)]
+        assert f'data-series="accepted ({name})" data-colour="{spec.colour}" fill="{spec.colour}"' in markup
+
+
+def drawn_series(markup: str) -> dict[str, list[tuple[int, int]]]:
+    """The chart's series as its markup draws them: (step, value) of every mark."""
+    groups = re.findall(r'<g class="series" data-series="([^"]+)"[^>]*>(.*?)</g>', markup, re.S)
+    return {
+        name: [(int(a), int(b)) for a, b in re.findall(r'data-step="(\d+)" data-y="(\d+)"', body)]
+        for name, body in groups
+    }
 
 
 def test_step_chart_draws_steps_without_a_draft_at_zero():
-    figure = steps_figure(finished(drafted_events()).steps)
-    traces = {trace.name: trace for trace in figure.data}
-    assert list(traces[DRAFTED_NAME].x) == [1, 2] and list(traces[DRAFTED_NAME].y) == [4, 8]
-    assert list(traces["accepted (model)"].y) == [4]
-    assert list(traces["accepted (copy)"].y) == [2]
-    assert list(traces[NO_DRAFT_NAME].x) == [3] and list(traces[NO_DRAFT_NAME].y) == [0]
-    assert traces[NO_DRAFT_NAME].marker.color == NONE_COLOUR
+    steps = finished(drafted_events()).steps
+    markup = steps_chart_html(steps)
+    drawn = drawn_series(markup)
+    assert drawn[DRAFTED_NAME] == [(1, 4), (2, 8)]
+    assert drawn["accepted (model)"] == [(1, 4)]
+    assert drawn["accepted (copy)"] == [(2, 2)]
+    assert drawn[NO_DRAFT_NAME] == [(3, 0)]
+    assert f'data-series="{NO_DRAFT_NAME}" data-colour="{NONE_COLOUR}"' in markup
+    assert list(drawn) == [s.name for s in step_series(steps)]
+    # Each mark says what its step did, and why, where the pointer rests on it.
+    assert "<title>step 3: none, γ 0" in markup
 
-    plain = steps_figure(finished(plain_events(5)).steps)
-    assert [trace.name for trace in plain.data] == [NO_DRAFT_NAME]
-    assert list(plain.data[0].x) == [1, 2, 3, 4, 5] and set(plain.data[0].y) == {0}
+    plain = drawn_series(steps_chart_html(finished(plain_events(5)).steps))
+    assert plain == {NO_DRAFT_NAME: [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0)]}
+
+
+def test_step_chart_bars_stand_on_the_axis_in_proportion():
+    steps = finished(drafted_events()).steps  # drafted 4 then 8: the axis reaches 8
+    bars = {
+        (series, int(step)): (float(y), float(height))
+        for series, body in re.findall(r'data-series="([^"]+)"[^>]*>(.*?)</g>', steps_chart_html(steps), re.S)
+        for step, y, height in re.findall(r'data-step="(\d+)"[^>]* y="([\d.]+)"[^>]* height="([\d.]+)"', body)
+    }
+    floor = {round(y + h, 1) for y, h in bars.values()}
+    assert len(floor) == 1, "every bar stands on the same axis"
+    full = bars[(DRAFTED_NAME, 2)][1]
+    assert bars[(DRAFTED_NAME, 1)][1] == pytest.approx(full / 2, rel=1e-3)
+    assert bars[("accepted (copy)", 2)][1] == pytest.approx(full / 4, rel=1e-3)
+    assert NO_STEPS_TEXT in steps_chart_html([]) and "<svg" not in steps_chart_html([])
 
 
 def gauge_numbers(markup: str) -> tuple[int, int]:
@@ -380,7 +415,7 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
     assert "32 (max tokens reached)" in stats
     assert 'data-source="draft"' in final[OUT["provenance"]]
     assert final[OUT["steps_table"]]["data"][0][1] == "model"
-    assert json.loads(final[OUT["steps_plot"]]["plot"])["data"]
+    assert 'data-series="accepted (model)"' in final[OUT["steps_plot"]]
     gauges = [o[OUT["gauge"]] for o in job.outputs() if "data-accepted" in str(o[OUT["gauge"]])]
     assert max(gauge_value(g) for g in gauges) > 0
     assert "speedup ×" not in final[OUT["speedup"]], "no speedup figure before a measured baseline"

@@ -52,11 +52,10 @@ LEGEND_JS = """() => [...document.querySelectorAll('#provenance [data-legend]')]
     .map(e => [e.dataset.legend, Number(e.dataset.count), e.textContent])"""
 SOURCES_JS = """() => [...new Set([...document.querySelectorAll('#provenance [data-source]')]
     .map(e => e.dataset.source))]"""
-# The step chart's traces, as Plotly drew them (the graph div keeps its data).
-CHART_JS = """() => {
-    const plot = document.querySelector('#steps-plot .js-plotly-plot');
-    return plot ? plot.data.map(t => ({name: t.name, y: Array.from(t.y), colour: t.marker.color})) : null;
-}"""
+# The step chart's series, as the page drew them (each mark keeps its step's value).
+CHART_JS = """() => [...document.querySelectorAll('#steps-plot g.series')].map(g => ({
+    name: g.dataset.series, colour: g.dataset.colour,
+    y: [...g.querySelectorAll('[data-step]')].map(m => Number(m.dataset.y))}))"""
 
 
 def free_port() -> int:
@@ -101,7 +100,7 @@ def open_app(browser, url: str):
 
 
 def gauge_accepted(page) -> int:
-    """The gauge's big number, as Plotly drew it ("3 / 4" → 3); -1 before it exists."""
+    """The gauge's big number, as the page drew it ("3 / 4" → 3); -1 before it exists."""
     numbers = page.locator("#gauge .number")
     if numbers.count() == 0:
         return -1
@@ -114,8 +113,8 @@ def coloured_spans(page) -> int:
 
 
 def chart(page, names_wanted) -> list[dict]:
-    """The step chart's traces once they satisfy ``names_wanted`` (Plotly draws a new
-    figure a moment after Gradio hands it over), or as they are after a few seconds."""
+    """The step chart's series once they satisfy ``names_wanted`` (the answer's last
+    update draws it), or as they are after a few seconds."""
     traces: list[dict] = []
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:

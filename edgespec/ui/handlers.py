@@ -23,7 +23,7 @@ from edgespec.decoding.events import Done
 from edgespec.decoding.generation import Generation
 from edgespec.errors import EdgespecError
 from edgespec.ui.answer import AnswerRun
-from edgespec.ui.figures import steps_figure
+from edgespec.ui.figures import steps_chart_html
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.live import WAITING_HTML, Feed, LiveFeeds, answer_slot, feed_tag, live_slot
 from edgespec.ui.session import EngineGate, Session
@@ -213,7 +213,7 @@ class ChatHandlers:
             provenance=provenance_html(pending.run if streaming else None, session.colour, live=streaming),
             gauge=slot("gauge", empty_gauge()),
             stats="Generating…",
-            steps_plot=None,
+            steps_plot=steps_chart_html([]),
             steps_table=[],
             speedup=speedup_markdown(None, None),  # the last answer's figure is not this one's
             error="",
@@ -246,7 +246,7 @@ class ChatHandlers:
             provenance=provenance_html(run, session.colour),
             gauge=gauge_html(run),
             stats=final_stats_markdown(done.stats, done.stop_reason),
-            steps_plot=steps_figure(run.steps),
+            steps_plot=steps_chart_html(run.steps),
             steps_table=step_rows(run.steps),
             # A new answer: a baseline measured for an earlier one says nothing about it.
             speedup=speedup_markdown(done.stats.tokens_per_second, session.baseline()),
@@ -390,7 +390,7 @@ class ChatHandlers:
             provenance=provenance_html(None, session.colour),
             gauge=empty_gauge(),
             stats="",
-            steps_plot=None,
+            steps_plot=steps_chart_html([]),
             steps_table=[],
             speedup=speedup_markdown(None, None),
             error="",

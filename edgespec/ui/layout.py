@@ -18,6 +18,7 @@ from starlette.middleware import Middleware
 
 from edgespec.api import EdgeSpec
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
+from edgespec.ui.figures import steps_chart_html
 from edgespec.ui.handlers import ChatHandlers, empty_gauge
 from edgespec.ui.live import LIVE_JS, HeadScript, LiveFeeds, pace_for
 from edgespec.ui.session import Session
@@ -58,6 +59,7 @@ def build_app(
                 view = _chat_column()
             with gr.Column(scale=2):
                 view.update(_metrics_column())
+        view.update(_steps_table())
         settings = _settings_panel(drafter_choices(lm is None or lm.draft is not None))
         answered = _wire(demo, handlers, view, settings, session)
         _wire_chats(handlers, view, chats, session, answered)
@@ -141,7 +143,19 @@ def _metrics_column() -> dict[str, Any]:
     with gr.Row():
         measure = gr.Button("Measure baseline", size="sm", elem_id="measure", scale=0, min_width=150)
         speedup = gr.Markdown(speedup_markdown(None, None), elem_id="speedup")
-    steps_plot = gr.Plot(label="Accepted tokens per step", show_label=False, elem_id="steps-plot")
+    steps_plot = gr.HTML(steps_chart_html([]), elem_id="steps-plot", padding=True, js_on_load=None)
+    return {
+        "gauge": gauge,
+        "stats": stats,
+        "measure": measure,
+        "speedup": speedup,
+        "steps_plot": steps_plot,
+    }
+
+
+def _steps_table() -> dict[str, Any]:
+    """The steps as rows, across the page: its six columns do not fit the metrics column
+    (the headers would wrap letter by letter)."""
     steps_table = gr.Dataframe(
         headers=STEP_HEADERS,
         label="Drafter and γ of each step",
@@ -149,17 +163,10 @@ def _metrics_column() -> dict[str, Any]:
         max_height=220,
         # The "why" column gets the room, and wraps: it is a sentence, not a number.
         wrap=True,
-        column_widths=["8%", "12%", "11%", "11%", "11%", "47%"],
+        column_widths=["6%", "8%", "8%", "8%", "8%", "62%"],
         elem_id="steps-table",
     )
-    return {
-        "gauge": gauge,
-        "stats": stats,
-        "measure": measure,
-        "speedup": speedup,
-        "steps_plot": steps_plot,
-        "steps_table": steps_table,
-    }
+    return {"steps_table": steps_table}
 
 
 def _settings_panel(drafters: list[str]) -> dict[str, Any]:

@@ -46,11 +46,13 @@ class Point:
 
 @dataclass(frozen=True)
 class Series:
-    """One kind of mark: its legend name, its colour and a point per step it covers."""
+    """One kind of mark: its legend name, its colour and a point per step it covers, drawn
+    as bars up to each value or, for steps with no draft, as a short line on the axis."""
 
     name: str
     colour: str
     points: list[Point]
+    bars: bool = True
 
 
 def _hover(number: int, step: Step) -> str:
@@ -76,7 +78,7 @@ def step_series(steps: list[Step]) -> list[Series]:
             series.append(Series(f"accepted ({drafter})", drafter_colour(drafter), picked))
     plain = [Point(n, 0, h) for n, s, h in numbered if s.gamma == 0]
     if plain:
-        series.append(Series(NO_DRAFT_NAME, NONE_COLOUR, plain))
+        series.append(Series(NO_DRAFT_NAME, NONE_COLOUR, plain, bars=False))
     return series
 
 
@@ -107,7 +109,7 @@ def _marks(series: Series, scale: _Scale) -> str:
     parts = []
     for p in series.points:
         title = f"<title>{html.escape(p.hover)}</title>"
-        if series.name == NO_DRAFT_NAME:
+        if not series.bars:
             mark = min(width, _MARK_PX)
             left = scale.x(p.step) + (scale.band - mark) / 2
             parts.append(
@@ -120,7 +122,7 @@ def _marks(series: Series, scale: _Scale) -> str:
                 f'<rect data-step="{p.step}" data-y="{p.value}" x="{scale.x(p.step) + offset:.2f}" '
                 f'y="{top:.2f}" width="{width:.2f}" height="{scale.y(0) - top:.2f}">{title}</rect>'
             )
-    paint = f'stroke="{series.colour}"' if series.name == NO_DRAFT_NAME else f'fill="{series.colour}"'
+    paint = f'fill="{series.colour}"' if series.bars else f'stroke="{series.colour}"'
     return (
         f'<g class="series" data-series="{html.escape(series.name)}" data-colour="{series.colour}" '
         f"{paint}>{''.join(parts)}</g>"

@@ -167,6 +167,45 @@ def test_answers_that_take_turns_are_quoted_across_their_turns():
     assert proposal.tokens == tuple(QUOTE[8:24]) and proposal.evidence == 6
 
 
+class EveryCandidateCompared(SuffixIndex):
+    """The lookup as first written: every candidate compared in full, none skipped."""
+
+    def _longest_outside(self, conversation, tail, pos):
+        best, longest, inside = -1, 0, 0
+        for _ in range(self.depth):
+            if pos < self._live:
+                break
+            n = self._match(pos, tail)
+            if n >= self.key:
+                if conversation.holds(pos):
+                    inside = max(inside, n)
+                elif n > longest:
+                    best, longest = pos, n
+            pos = self._prev[pos - self._base]
+        return (best, longest) if longest > inside else (-1, 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_skipping_candidates_that_cannot_win_changes_no_lookup(seed):
+    """Four answers in turn, step by step, on text of three tokens and runs of one (every
+    key recurs, matches run to the longest compared, inside and outside the answer): each
+    lookup skips candidates and gives what comparing every one gives, proposals and their
+    evidence alike."""
+    rng = random.Random(seed)
+    fast, full = SuffixIndex(capacity=3000), EveryCandidateCompared(capacity=3000)
+    contexts = [[rng.randrange(3) for _ in range(rng.randrange(5, 60))] for _ in range(4)]
+    answers = [(answer(fast, list(c)), answer(full, list(c))) for c in contexts]
+    found = 0
+    for _ in range(240):
+        i = rng.randrange(4)
+        step = rng.randrange(1, 5)
+        contexts[i] += [0] * step if rng.random() < 0.7 else [rng.randrange(3) for _ in range(step)]
+        a, b = (d.proposal(contexts[i], 16) for d in answers[i])
+        assert (a.tokens, a.evidence) == (b.tokens, b.evidence)
+        found += a.tokens != ()
+    assert found > 0  # quotes from the other answers were proposed
+
+
 def test_the_index_is_bounded_old_conversations_go_first():
     index = SuffixIndex(capacity=1000)
     rng = random.Random(0)

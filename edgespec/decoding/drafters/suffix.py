@@ -320,15 +320,21 @@ class SuffixIndex:
         """Among the newest ``depth`` tokens from ``pos`` back with the tail's key: the one
         after the longest match outside ``conversation`` and the match's length, or
         (-1, 0) where a match inside is as long."""
-        best, longest, inside = -1, 0, 0
+        best, longest, inside, limit = -1, 0, 0, len(tail)
         for _ in range(self.depth):
             if pos < self._live:
                 break
-            n = self._match(pos, tail)
-            if n >= self.key:
-                if conversation.holds(pos):
-                    inside = max(inside, n)
-                elif n > longest:
+            # A candidate that cannot change the answer is not compared: on repetitive
+            # text every candidate matches in full, and answers that take turns step by
+            # step leave segments of a few tokens, each a hop of the comparison.
+            if conversation.holds(pos):
+                if inside < limit:
+                    inside = max(inside, self._match(pos, tail))
+                if inside >= limit:
+                    return -1, 0  # nothing outside can be longer
+            elif longest < limit:
+                n = self._match(pos, tail)
+                if n >= self.key and n > longest:
                     best, longest = pos, n
             pos = self._prev[pos - self._base]
         return (best, longest) if longest > inside else (-1, 0)

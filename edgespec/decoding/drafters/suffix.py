@@ -320,24 +320,29 @@ class SuffixIndex:
         """Among the newest ``depth`` tokens from ``pos`` back with the tail's key: the one
         after the longest match outside ``conversation`` and the match's length, or
         (-1, 0) where a match inside is as long."""
-        best, longest, inside, limit = -1, 0, 0, len(tail)
+        # Candidates outside first, then only as much of those inside as can still
+        # change the answer: the usual repetition is inside the context alone (ngram's),
+        # and on repetitive text every candidate matches long, across segments of a few
+        # tokens where answers take turns step by step (a hop of the comparison each).
+        outside, inside = [], []
         for _ in range(self.depth):
             if pos < self._live:
                 break
-            # A candidate that cannot change the answer is not compared: on repetitive
-            # text every candidate matches in full, and answers that take turns step by
-            # step leave segments of a few tokens, each a hop of the comparison.
-            if conversation.holds(pos):
-                if inside < limit:
-                    inside = max(inside, self._match(pos, tail))
-                if inside >= limit:
-                    return -1, 0  # nothing outside can be longer
-            elif longest < limit:
-                n = self._match(pos, tail)
-                if n >= self.key and n > longest:
-                    best, longest = pos, n
+            (inside if conversation.holds(pos) else outside).append(pos)
             pos = self._prev[pos - self._base]
-        return (best, longest) if longest > inside else (-1, 0)
+        best, longest, limit = -1, 0, len(tail)
+        for candidate in outside:
+            n = self._match(candidate, tail)
+            if n >= self.key and n > longest:  # the newest of equally long ones
+                best, longest = candidate, n
+                if n >= limit:
+                    break
+        if best < 0:
+            return -1, 0
+        last = tail[-longest:]
+        if any(self._match(candidate, last) >= longest for candidate in inside):
+            return -1, 0  # as long inside: ngram proposes it already
+        return best, longest
 
     def _match(self, pos: int, tail: list[int]) -> int:
         """How many of ``tail``'s last tokens equal those before ``pos`` on its branch: its

@@ -2,7 +2,8 @@
 # On a lent GPU machine, from the repo root, with .gpu/ carried (tools/gpu/pack.sh made it):
 # build llama.cpp (CUDA, sm_90, no FlashAttention kernels: 2.5-3.5 min on 16 cores) from
 # the vendored sources, make the zero-weight models, then TASK=bench (default): `edgespec
-# bench --parallel 4` on the pair and on a 7B-shaped target; TASK=prof: engine_profile.py.
+# bench --parallel 4` on the pair (PAIR_ONLY=1: only) and on a 7B-shaped target, DRAFTERS
+# (default none auto model); TASK=prof: engine_profile.py.
 # LIBDIR=... skips the build (a dry run elsewhere with a CPU build).
 set -u
 export PYTHONUNBUFFERED=1
@@ -51,8 +52,8 @@ bench() {  # label target extra-args...
     --draft /tmp/m/qwen2.5-coder-0.5b.gguf --json $OUT/$label.json "$@" > $OUT/$label.log 2>&1
   echo "rc=$?"; grep -v "measuring\|^\s*$" $OUT/$label.log | tail -14
 }
-bench p15 qwen2.5-coder-1.5b --parallel-drafters none auto model --repeats ${REPEATS:-3} ${EXTRA:-}
-bench p7 qwen7b-shaped --parallel-drafters none auto model --repeats ${REPEATS:-3} ${EXTRA:-}
-python3 -m edgespec costs show > $OUT/costs.txt 2>&1
+drafters=${DRAFTERS:-none auto model}
+bench p15 qwen2.5-coder-1.5b --parallel-drafters $drafters --repeats ${REPEATS:-3} ${EXTRA:-}
+[ -n "${PAIR_ONLY:-}" ] || bench p7 qwen7b-shaped --parallel-drafters $drafters --repeats ${REPEATS:-3} ${EXTRA:-}
 tar -cf $OUT/costs.tar -C /tmp/eh costs 2>/dev/null
 log done

@@ -168,7 +168,7 @@ def test_answers_that_take_turns_are_quoted_across_their_turns():
 
 
 class EveryCandidateCompared(SuffixIndex):
-    """The lookup as first written: every candidate compared in full, none skipped."""
+    """The lookup by its definition: every candidate compared in full, none skipped."""
 
     def _longest_outside(self, conversation, tail, pos):
         best, longest, inside = -1, 0, 0

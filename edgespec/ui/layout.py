@@ -143,6 +143,7 @@ def _metrics_column() -> dict[str, Any]:
     with gr.Row():
         measure = gr.Button("Measure baseline", size="sm", elem_id="measure", scale=0, min_width=150)
         speedup = gr.Markdown(speedup_markdown(None, None), elem_id="speedup")
+    # Plain markup with no script: gr.HTML otherwise attaches a click listener to it.
     steps_plot = gr.HTML(steps_chart_html([]), elem_id="steps-plot", padding=True, js_on_load=None)
     return {
         "gauge": gauge,

@@ -15,16 +15,16 @@ from edgespec.runtime.prompt_cache import GIB, CacheOptions, provenance_of
 
 pytestmark = pytest.mark.needs_models
 
-FILE_A = "\n".join(f"def step_{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(6))
-FILE_B = "\n".join(f"Line {i}: the quick brown fox {i} jumps over lazy dog {i * 3}." for i in range(6))
+FILE_A = "\n".join(f"def step_{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(3))
+FILE_B = "\n".join(f"Line {i}: the quick brown fox {i} jumps over lazy dog {i * 3}." for i in range(3))
 
 
 def conversation(text: str, question: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"{text}\n\n{question}"}]
 
 
-A = conversation(FILE_A, "What does step_3 return for x = 2? Answer in one sentence.")
-B = conversation(FILE_B, "Which line mentions fox 12? Answer in one sentence.")
+A = conversation(FILE_A, "What does step_2 return for x = 2? Answer in one sentence.")
+B = conversation(FILE_B, "Which line mentions fox 1? Answer in one sentence.")
 
 
 def ask(lm: EdgeSpec, messages, drafter: str = "model"):
@@ -59,12 +59,13 @@ def test_a_returning_conversation_is_restored_exactly_from_memory_and_disk(tmp_p
 
 
 def test_a_state_pushed_out_of_memory_comes_back_from_its_file(tmp_path):
-    lm = load(tmp_path, ram_bytes=5 << 20)  # room for A's target state (4 MB), not the draft's too
+    # Room for A's target state (about 3 MB), not for its draft state (1.2 MB) too.
+    lm = load(tmp_path, ram_bytes=7 << 19)
     try:
         ask(lm, A)
         before = ask(lm, A)
         ask(lm, B)  # A's target state is stored, then pushed out of memory by its draft state
-        assert lm.prompt_cache.describe()["ram_used_mib"] <= 5
+        assert lm.prompt_cache.describe()["ram_used_mib"] <= 3.5
         again = ask(lm, A)
         assert again.stats.reused_tokens == before.stats.prompt_tokens - 1
         assert again.token_ids == before.token_ids

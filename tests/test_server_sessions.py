@@ -12,8 +12,8 @@ from tests.server_fixtures import Server, serve
 pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
 OPENINGS = {
-    "code": "\n".join(f"def handler_{i}(event):\n    return event.get('k{i}', {i})\n" for i in range(8)),
-    "notes": "\n".join(f"- meeting {i}: decided to move item {i * 7} to sprint {i % 5}" for i in range(8)),
+    "code": "\n".join(f"def handler_{i}(event):\n    return event.get('k{i}', {i})\n" for i in range(5)),
+    "notes": "\n".join(f"- meeting {i}: decided to move item {i * 7} to sprint {i % 5}" for i in range(5)),
 }
 
 
@@ -26,7 +26,7 @@ def turn(server: Server, history: list[dict], question: str) -> tuple[str, int, 
     """One turn: the answer, the prompt's tokens and how many of them were cached."""
     history.append({"role": "user", "content": question})
     answer = server.client().chat.completions.create(
-        model="default", messages=history, max_tokens=12, temperature=0, extra_body={"drafter": "none"}
+        model="default", messages=history, max_tokens=6, temperature=0, extra_body={"drafter": "none"}
     )
     text = answer.choices[0].message.content
     history.append({"role": "assistant", "content": text})

@@ -111,6 +111,8 @@ class EdgeSpec:
         self.target = Model(
             target_ref.path, replace(base, n_gpu_layers=options.n_gpu_layers), name=target_ref.name
         )
+        if not quiet:
+            note_context_cap(self.target, options.n_ctx)
         self.draft: Model | None = None
         if draft_ref is not None:
             self.draft = Model(
@@ -347,6 +349,19 @@ def settings_from(
         logprobs=logprobs,
         grammar=constraint,
     )
+
+
+def note_context_cap(target: Model, asked: int) -> None:
+    """One line on stderr when the context asked for is beyond what the target was trained
+    for: llama.cpp would give it, and the model's answers past its training would not be
+    worth reading, so the trained length is what was loaded."""
+    if target.n_ctx_train > 0 and asked > target.n_ctx_train:
+        print(
+            f"edgespec: note: a context of {asked:,} tokens is more than {target.name} was trained "
+            f"for; using {target.n_ctx:,}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _is_messages(prompt: object) -> bool:

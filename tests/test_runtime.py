@@ -205,3 +205,18 @@ def test_default_context_is_the_trained_one_bounded_by_memory():
     assert default_context(32768, per_token, memory=2 << 30) == 9216  # an eighth of 2 GiB
     assert default_context(32768, per_token, memory=256 << 20) == 2048  # never under 2,048
     assert default_context(0, per_token, memory=24 << 30) == 4096  # a model that does not say
+
+
+def test_a_context_beyond_the_models_training_is_capped_and_said_so(draft_path, capsys):
+    from edgespec.api import EdgeSpec, RuntimeOptions
+
+    lm = EdgeSpec(str(draft_path), None, RuntimeOptions(n_ctx=40_000))
+    try:
+        assert lm.target.n_ctx == lm.target.n_ctx_train == 32_768
+    finally:
+        lm.close()
+    notes = [line for line in capsys.readouterr().err.splitlines() if "trained" in line]
+    assert notes == [
+        "edgespec: note: a context of 40,000 tokens is more than qwen2.5-coder-0.5b was trained for; "
+        "using 32,768"
+    ]

@@ -59,7 +59,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     )
     models.add_argument("--ctx", type=int, default=0,
                         help="context length in tokens per conversation (default 0: what the model "
-                             "was trained for, bounded by this machine's memory)")  # fmt: skip
+                             "was trained for, bounded by this machine's memory; never more than it was "
+                             "trained for)")  # fmt: skip
     models.add_argument(
         "--n-gpu-layers", type=int, default=-1, help="target layers on the GPU (-1: all, where a GPU exists)"
     )

@@ -194,11 +194,15 @@ def test_chat_in_a_real_browser(app_url: str):
             withdrawn = open_app(browser, app_url)
             withdrawn.fill("#message textarea", "Say goodbye in one word.")
 
+            # The provenance box lower than the app's, so that this short answer overflows
+            # it and the box is seen following the answer's end.
+            page.add_style_tag(content="#provenance .provenance-text { max-height: 3em; }")
             page.fill("#message textarea", "Write a Python function that checks whether a number is prime.")
             page.keyboard.press("Enter")
 
             # Watch the answer grow, and the gauge move, while it streams.
             lengths: list[int] = []
+            boxes: list[list] = []  # the provenance text's box, as each look saw it
             best_gauge = -1
             sent = queued_seen = False
             deadline = time.monotonic() + TIMEOUT_MS / 1000
@@ -206,6 +210,7 @@ def test_chat_in_a_real_browser(app_url: str):
                 text = page.evaluate(STREAMED_TEXT_JS)
                 if text and (not lengths or len(text) != lengths[-1]):
                     lengths.append(len(text))
+                    boxes.append(page.evaluate(PROVENANCE_BOX_JS))
                 best_gauge = max(best_gauge, gauge_accepted(page))
                 if lengths and not sent:
                     # The first tab is busy: the second one sends now and must be told it
@@ -224,6 +229,7 @@ def test_chat_in_a_real_browser(app_url: str):
             assert "tokens/s" in page.inner_text("#stats"), "the final stats never arrived"
             assert len(lengths) >= 3, f"the answer did not stream: lengths seen {lengths}"
             assert lengths == sorted(lengths) and lengths[-1] > lengths[0]
+            check_provenance_box(boxes)
             assert page.evaluate(LAST_ANSWER_JS), "the answer is in the chat too"
             best_gauge = max(best_gauge, gauge_accepted(page))
             assert best_gauge > 0, "the gauge never showed an accepted draft token"
@@ -271,6 +277,25 @@ def test_chat_in_a_real_browser(app_url: str):
             print(f"screenshots: {OUTPUT_DIR / 'app_browser.png'}, {second_shot} and {plain_shot}")
         finally:
             browser.close()
+
+
+# The provenance text's box: its height, its content's, how far it is scrolled, its
+# containment, and whether the live feed still writes into it (the answer has not ended).
+PROVENANCE_BOX_JS = """() => {
+    const box = document.querySelector('#provenance .provenance-text');
+    const live = box.classList.contains('live-slot-tokens');
+    return [box.clientHeight, box.scrollHeight, box.scrollTop, getComputedStyle(box).contain, live];
+}"""
+
+
+def check_provenance_box(boxes: list[list]) -> None:
+    """While the answer streams, its provenance text keeps one size, laid out and painted
+    on its own (a panel that grew moved the page below it at every message), and a box the
+    text overflows shows its end."""
+    assert {tuple(box[0:4:3]) for box in boxes} == {(boxes[0][0], "strict")}, boxes
+    overflowing = [box for box in boxes if box[4] and box[1] > box[0]]
+    assert overflowing, f"the streamed answer never overflowed its provenance box: {boxes}"
+    assert all(top + height >= content - 2 for height, content, top, *_ in overflowing), boxes
 
 
 # Counts the animation frames the page's own scripts are given (it runs before the app's

@@ -80,7 +80,11 @@ const connect = () => {{
     }}
     for (const [name, markup] of Object.entries(message.append || {{}})) {{
       const slot = last(name);
-      if (slot) slot.insertAdjacentHTML('beforeend', markup);
+      if (!slot) continue;
+      // A slot that scrolls follows the new text, unless it was scrolled up to read.
+      const following = slot.scrollHeight - slot.scrollTop - slot.clientHeight < 8;
+      slot.insertAdjacentHTML('beforeend', markup);
+      if (following && slot.scrollHeight > slot.clientHeight) slot.scrollTop = slot.scrollHeight;
     }}
   }};
   const close = () => {{ if (source) source.close(); source = null; }};

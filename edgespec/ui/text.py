@@ -67,9 +67,18 @@ def provenance_html(run: AnswerRun | None, colour: bool, live: bool = False) -> 
     return (
         f'<div class="provenance-panel"><div class="provenance-legend-box{slot}">'
         f"{provenance_legend(run, colour)}</div>"
-        f'<div class="provenance-text{text_slot}" style="white-space:pre-wrap;font-family:ui-monospace,'
-        f'monospace;font-size:0.9em;line-height:1.6;margin-top:6px;contain:content">{body}</div></div>'
+        f'<div class="provenance-text{text_slot}" style="{PROVENANCE_TEXT_STYLE}">{body}</div></div>'
     )
+
+
+# A box of its own size that scrolls, as the chat does: text streamed into it is laid out,
+# styled and painted inside it alone. A panel that grew with the answer moved everything
+# below it at each message, which the page then styled and painted again: about 4 % of a
+# core in a software-rendered browser, taken from the decoding (docs/app-cost.md).
+PROVENANCE_TEXT_STYLE = (
+    "white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.6;"
+    "margin-top:6px;height:20em;overflow-y:auto;contain:strict"
+)
 
 
 def provenance_pieces(pieces: Sequence[Sequence[str]], colour: bool) -> str:

@@ -353,8 +353,8 @@ def settings_from(
 
 def note_context_cap(target: Model, asked: int) -> None:
     """One line on stderr when the context asked for is beyond what the target was trained
-    for: llama.cpp would give it, and the model's answers past its training would not be
-    worth reading, so the trained length is what was loaded."""
+    for. The target is loaded with its trained length at most (past it a model's answers
+    come apart), and a user who asked for more must not believe it has more."""
     if target.n_ctx_train > 0 and asked > target.n_ctx_train:
         print(
             f"edgespec: note: a context of {asked:,} tokens is more than {target.name} was trained "

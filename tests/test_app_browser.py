@@ -292,7 +292,7 @@ def check_provenance_box(boxes: list[list]) -> None:
     """While the answer streams, its provenance text keeps one size, laid out and painted
     on its own (a panel that grew moved the page below it at every message), and a box the
     text overflows shows its end."""
-    assert {tuple(box[0:4:3]) for box in boxes} == {(boxes[0][0], "strict")}, boxes
+    assert {(height, contain) for height, _, _, contain, _ in boxes} == {(boxes[0][0], "strict")}, boxes
     overflowing = [box for box in boxes if box[4] and box[1] > box[0]]
     assert overflowing, f"the streamed answer never overflowed its provenance box: {boxes}"
     assert all(top + height >= content - 2 for height, content, top, *_ in overflowing), boxes

@@ -73,7 +73,7 @@ def provenance_html(run: AnswerRun | None, colour: bool, live: bool = False) -> 
 
 # A box of its own size that scrolls, as the chat does: text streamed into it is laid out,
 # styled and painted inside it alone. A panel that grew with the answer moved everything
-# below it at each message, which the page then styled and painted again: about 4 % of a
+# below it at each message, which the page then styled and painted again: about 5 % of a
 # core in a software-rendered browser, taken from the decoding (docs/app-cost.md).
 PROVENANCE_TEXT_STYLE = (
     "white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.6;"

@@ -8,7 +8,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import NEAR_TIE, fresh
+from conftest import NEAR_TIE
+from states import start_from_prefill
 
 from edgespec.api import settings_from
 from edgespec.decoding.constrained import Constraint, best_allowed
@@ -38,10 +39,11 @@ def answer(pair, drafter, gamma, **settings) -> Done:
 
 
 def stream(pair, drafter, gamma, **settings) -> list:
-    # Every answer starts from the prompt read whole, in the same batches: the KV bytes
-    # every drafter verifies against are then the same as target-only's.
-    fresh(pair)
-    return list(pair.stream(PROMPT, chat=True, drafter=drafter, gamma=gamma, max_tokens=64, **settings))
+    # Every answer starts from the prompt's one saved state: the KV bytes every drafter
+    # verifies against are then the same as target-only's.
+    tokens = pair.prompt_tokens(PROMPT, chat=True)
+    start_from_prefill(pair, tokens)
+    return list(pair.stream(tokens, drafter=drafter, gamma=gamma, max_tokens=64, **settings))
 
 
 _constrained_target: list[tuple[Done, list[dict[int, float]]]] = []

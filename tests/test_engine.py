@@ -5,18 +5,17 @@ reuse."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from conftest import NEAR_TIE, fresh
+from states import start_from_prefill
 
 from edgespec.api import EdgeSpec, RuntimeOptions, settings_from
 from edgespec.bench.prompts import PROMPTS as PROMPTS_BY_CATEGORY
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Step, Token
 from edgespec.decoding.policy import LINE_BREAK, UNIT_END
-from edgespec.runtime.model import Snapshot
 
 PROMPTS = [
     "Write a Python function that merges two sorted lists, with a docstring.",
@@ -38,42 +37,6 @@ COPY_COMPARED_TOKENS = 56
 def run(lm: EdgeSpec, tokens: list[int], max_tokens: int, **kwargs) -> Done:
     start_from_prefill(lm, tokens)  # every configuration starts from the same state
     return lm.generate(tokens, max_tokens=max_tokens, **kwargs)
-
-
-# Keyed by the engine (its id: both engines live as long as the module) and the tokens.
-_prefills: OrderedDict[tuple[int, tuple[int, ...]], list[Snapshot]] = OrderedDict()
-# A state of a few hundred tokens is 2-15 MB for the pair: the budget holds every prompt's
-# and continuation's state of a run, so none is read twice (a long prompt costs 20 s on one core).
-KEPT_PREFILL_BYTES = 1 << 30
-
-
-def start_from_prefill(lm: EdgeSpec, tokens: list[int], base: int | None = None) -> None:
-    """Make both models hold ``tokens`` but the last, from the same bytes every time: every
-    configuration compared on a prompt then starts from one state (read once, restored
-    after; a prefill costs seconds on a 2-core CPU, a restore milliseconds), and the answer
-    reads the last token itself, as it does in a chat. A prompt is read in one batch; a
-    prompt continued past a near-tie (``tokens[:base]`` is the prompt) is read from the
-    prompt's own state, the continuation in one batch: near-ties part at other places on
-    other machines and thread counts, and each would otherwise read the whole prompt again."""
-    models = [m for m in (lm.target, lm.draft) if m is not None]
-    key = (id(lm), tuple(tokens))
-    if key not in _prefills:
-        if base is not None and base < len(tokens):
-            start_from_prefill(lm, tokens[:base])
-            for model in models:
-                model.decode(tokens[base - 1 : -1], n_outputs=0)
-        else:
-            fresh(lm)
-            for model in models:
-                model.decode(tokens[:-1], n_outputs=0)
-        _prefills[key] = [model.snapshot() for model in models]
-        while sum(len(snap.data) for snaps in _prefills.values() for snap in snaps) > KEPT_PREFILL_BYTES:
-            _prefills.popitem(last=False)
-    _prefills.move_to_end(key)
-    for model, snap in zip(models, _prefills[key], strict=True):
-        # The tokens go with the bytes: a model that last held another prompt would
-        # otherwise see no common prefix and read this one again, in other batches.
-        model.load_state(tokens[:-1], snap.data)
 
 
 @dataclass

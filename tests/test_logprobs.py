@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from states import start_from_prefill
 
 from edgespec.decoding.events import Done, Token
-from tests.conftest import fresh
 
 PROMPT = "Repeat this list exactly, twice: apple, banana, cherry, plum, apple, banana, cherry, plum."
 ROUNDING = 0.1  # in a log-probability: llama.cpp's batch-size-dependent rounding (seen: 0.03)
@@ -20,8 +20,9 @@ PENALIZED = {"presence_penalty": 0.4, "frequency_penalty": 0.3, "repeat_penalty"
 
 
 def run(pair, drafter: str, gamma, **settings) -> tuple[list[Token], Done]:
-    fresh(pair)  # both runs prefill the whole prompt
-    events = list(pair.stream(PROMPT, chat=True, drafter=drafter, gamma=gamma, max_tokens=28, **settings))
+    tokens = pair.prompt_tokens(PROMPT, chat=True)
+    start_from_prefill(pair, tokens)  # every run starts from the prompt's one saved state
+    events = list(pair.stream(tokens, drafter=drafter, gamma=gamma, max_tokens=28, **settings))
     return [e for e in events if isinstance(e, Token)], events[-1]
 
 

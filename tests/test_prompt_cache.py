@@ -51,6 +51,8 @@ def test_a_returning_conversation_is_restored_exactly_from_memory_and_disk(tmp_p
         lm.close()  # what the models hold goes to disk
     again = load(tmp_path)  # a restart: the same states, read back from their files
     try:
+        assert again.prompt_cache.warm.wait(60)
+        assert again.prompt_cache.describe()["ram_used_mib"] > 0  # read in before any request
         warm = ask(again, A)
         assert warm.stats.reused_tokens == before.stats.prompt_tokens - 1
         assert warm.token_ids == before.token_ids
@@ -89,6 +91,21 @@ def written(tmp_path_factory) -> Path:
 
 def write_states(directory: Path, written: Path) -> None:
     shutil.copytree(written, directory, dirs_exist_ok=True)
+
+
+def test_a_restart_reads_the_newest_states_in_within_the_budget(tmp_path, written):
+    write_states(tmp_path, written)
+    # A's state (3.0 MB) was written before B's (2.9 MB); room for one of them.
+    again = load(tmp_path, ram_bytes=4 << 20)
+    try:
+        assert again.prompt_cache.warm.wait(60)
+        kept = again.prompt_cache.describe()["ram_used_mib"]
+        assert 2 < kept < 3
+        answer = ask(again, B, drafter="none")
+        assert answer.stats.reused_tokens == answer.stats.prompt_tokens - 1
+        assert again.prompt_cache.describe()["ram_used_mib"] == kept  # B's was in memory already
+    finally:
+        again.close()
 
 
 def test_untrusted_cache_files_are_named_once_and_never_loaded(tmp_path, caplog, written):

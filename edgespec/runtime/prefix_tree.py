@@ -61,6 +61,11 @@ class PrefixTree(Generic[V]):
     def __contains__(self, key: Sequence[int]) -> bool:
         return tuple(key) in self._nodes
 
+    def get(self, key: Sequence[int]) -> Stored[V] | None:
+        """``key``'s own entry (not a prefix's), without marking it used."""
+        node = self._nodes.get(tuple(key))
+        return node.stored if node is not None else None
+
     def entries(self) -> list[Stored[V]]:
         """Every stored entry, least recently used first."""
         return sorted((node.stored for node in self._nodes.values() if node.stored), key=lambda s: s.used)

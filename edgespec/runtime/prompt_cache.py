@@ -84,6 +84,9 @@ class PromptCache:
         self._lock = threading.Lock()
         self._writes: queue.Queue[_Write | None] = queue.Queue()
         self._writer: threading.Thread | None = None
+        self._warmer: threading.Thread | None = None
+        self._closing = threading.Event()
+        self.warm = threading.Event()  # set once the directory's states are read in
         self.hits = self.misses = self.saved = 0
 
     def attach(self, *models: Model) -> None:
@@ -96,6 +99,13 @@ class PromptCache:
             model.prompt_cache = self
         if self.options.directory is not None:
             self._index_directory()
+        if self._warmer is not None:
+            return  # already reading what the directory held
+        if self._waiting():
+            self._warmer = threading.Thread(target=self._warm_up, name="edgespec-cache-warm", daemon=True)
+            self._warmer.start()
+        else:
+            self.warm.set()
 
     def _key(self, model: Model, tokens: list[int] | tuple[int, ...]) -> tuple[int, ...]:
         # One tree for every model: keys start with a negative tag (token ids never are).
@@ -152,6 +162,8 @@ class PromptCache:
         size = len(state.data) if state.data is not None else 0
         for gone in self._tree.insert(key, state, size):
             old = gone.value
+            if old is state and gone.key == key and gone.size != size:
+                continue  # itself, charged again now that its bytes were read back in
             pushed_out = old is state or key[: len(gone.key)] != gone.key
             if pushed_out and old.path is not None:
                 old.data = None
@@ -162,20 +174,72 @@ class PromptCache:
     def _load(self, key: tuple[int, ...], state: _State) -> ctypes.Array | None:
         """A disk state's bytes, checked; a file that fails is dropped with one warning.
         (A state written in this run and then pushed out of memory has no header read yet.)"""
-        assert state.path is not None
         try:
-            header = state.header or state_file.read_header(state.path)[0]
-            data = state_file.read_payload(state.path, header)
-        except FileNotFoundError:
-            self._tree.remove(key)  # trimmed away since it was indexed
-            return None
+            data = self._read(state)
         except (OSError, StateFileError) as e:
-            log.warning("ignoring prompt cache file %s: %s", state.path, e)
-            self._tree.remove(key)
+            self._drop(key, state, e)
             return None
         state.data = data
         self._put(key, state)
         return data
+
+    @staticmethod
+    def _read(state: _State) -> ctypes.Array:
+        assert state.path is not None
+        header = state.header or state_file.read_header(state.path)[0]
+        return state_file.read_payload(state.path, header)
+
+    def _drop(self, key: tuple[int, ...], state: _State, error: Exception) -> None:
+        """Forget a state whose file failed (once: the first to find out names it)."""
+        found = self._tree.get(key)
+        if found is None or found.value is not state:
+            return
+        if not isinstance(error, FileNotFoundError):  # trimmed away since it was indexed
+            log.warning("ignoring prompt cache file %s: %s", state.path, error)
+        self._tree.remove(key)
+
+    def _waiting(self) -> list[tuple[int, ...]]:
+        """The keys of states held on disk alone that fit in memory together, most
+        recently used first."""
+        room, keys = self.options.ram_bytes - self._tree.total, []
+        for stored in reversed(self._tree.entries()):
+            state = stored.value
+            if state.data is None and state.header is not None and state.header.payload_size <= room:
+                room -= state.header.payload_size
+                keys.append(stored.key)
+        return keys
+
+    def _warm_up(self) -> None:
+        """Read the directory's most recent states into memory while the models wait for
+        requests, at the lowest priority: a restarted server then answers a returning
+        conversation as one that never left. Read by its first request instead, a state
+        cost it more than a GPU's prefill of the same prompt (docs/gpu.md)."""
+        _lowest_priority()
+        with self._lock:
+            keys = self._waiting()
+        for key in keys:
+            if self._closing.is_set():
+                break
+            with self._lock:
+                found = self._tree.get(key)
+                state = found.value if found is not None and found.value.data is None else None
+            if state is None:
+                continue  # a request read it first, or it was replaced
+            try:
+                data = self._read(state)  # outside the lock: requests go on meanwhile
+            except (OSError, StateFileError) as e:
+                with self._lock:
+                    self._drop(key, state, e)
+                continue
+            with self._lock:
+                found = self._tree.get(key)
+                if found is not None and found.value is state and state.data is None:
+                    state.data = data
+                    self._put(key, state)
+                    put = self._tree.get(key)
+                    if put is not None:
+                        put.used = found.used  # as recently used as before: reading is no use
+        self.warm.set()
 
     # -- the directory ---------------------------------------------------------------------
 
@@ -236,6 +300,10 @@ class PromptCache:
     def close(self) -> None:
         """Keep what the models hold now, every sequence (on disk, where there is a
         directory), and wait for the files still being written."""
+        self._closing.set()
+        if self._warmer is not None:
+            self._warmer.join()
+            self._warmer = None
         if self.options.directory is not None:
             with self._lock:
                 for model in self._models:

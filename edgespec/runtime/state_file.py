@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import struct
 import zlib
@@ -106,12 +107,17 @@ def _parse_header(raw: bytes) -> Header:
 
 
 def read_payload(path: Path, header: Header) -> ctypes.Array:
-    """The state bytes, checked against the header's CRC."""
+    """The state bytes, checked against the header's CRC. They are mapped from the file,
+    privately, not copied: copying a state into fresh memory costs several times the
+    check itself (docs/gpu.md). The file stays whole under the mapping because edgespec
+    replaces a state file only by a rename and removes it only by an unlink (llama.cpp
+    maps the model's file the same way)."""
     with path.open("rb") as fh:
-        fh.seek(-header.payload_size, os.SEEK_END)
-        data = (ctypes.c_uint8 * header.payload_size)()
-        if fh.readinto(data) != header.payload_size:
+        size = os.fstat(fh.fileno()).st_size
+        if size < header.payload_size:
             raise StateFileError("truncated")
+        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    data = (ctypes.c_uint8 * header.payload_size).from_buffer(mapped, size - header.payload_size)
     if zlib.crc32(memoryview(data).cast("B")) != header.payload_crc:
         raise StateFileError("its bytes do not match their checksum (corrupt)")
     return data

@@ -15,5 +15,5 @@ tar -cf - -C "$heads" . | xz -9 > .gpu/z.tar.xz; rm -rf "$heads"
 site=$(.venv/bin/python -c "import llama_cpp, os; print(os.path.dirname(llama_cpp.__file__))")
 cp "$site"/*.py "$site"/py.typed .gpu/py/llama_cpp/
 .venv/bin/python -m pip download -q --no-deps -d .gpu diskcache==5.6.3
-cp tools/gpu/run.sh tools/gpu/engine_profile.py .gpu/
+cp tools/gpu/run.sh tools/gpu/*.py .gpu/
 du -sh .gpu

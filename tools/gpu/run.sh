@@ -3,7 +3,9 @@
 # build llama.cpp (CUDA, sm_90, no FlashAttention kernels: 2.5-3.5 min on 16 cores) from
 # the vendored sources, make the zero-weight models, then TASK=bench (default): `edgespec
 # bench --parallel 4` on the pair (PAIR_ONLY=1: only) and on a 7B-shaped target, DRAFTERS
-# (default none auto model); TASK=prof: engine_profile.py.
+# (default none auto model); TASK=prof: engine_profile.py; TASK=cache: cache_probe.py on
+# both targets (TARGETS; SIZES: prompt tokens, default 2000 8000). EDGESPEC_SRC: the folder
+# edgespec is imported from (default: this tree).
 # LIBDIR=... skips the build (a dry run elsewhere with a CPU build).
 set -u
 export PYTHONUNBUFFERED=1
@@ -35,13 +37,20 @@ if [ -z "${LIBDIR:-}" ]; then
   log built; ls $LIBDIR
 fi
 export LLAMA_CPP_LIB_PATH=$LIBDIR LD_LIBRARY_PATH=$LIBDIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export PYTHONPATH=/tmp/site:$G/py:$PWD EDGESPEC_HOME=/tmp/eh
+export PYTHONPATH=/tmp/site:$G/py:${EDGESPEC_SRC:-$PWD} EDGESPEC_HOME=/tmp/eh
 python3 -c "import llama_cpp; print('gpu offload:', llama_cpp.llama_supports_gpu_offload())" || exit 1
 if [ "${TASK:-bench}" = prof ]; then
   n=${TOKENS:-96}
   for mode in "auto $n 0" "auto $n 1" "none $n 1" "copy $n 1"; do
     log "prof $mode"; python3 $G/engine_profile.py $mode /tmp/m/qwen2.5-coder-1.5b.gguf \
       /tmp/m/qwen2.5-coder-0.5b.gguf > $OUT/prof-${mode// /-}.txt 2>&1; grep -m1 " s, " $OUT/prof-${mode// /-}.txt
+  done
+  log done; exit 0
+fi
+if [ "${TASK:-bench}" = cache ]; then
+  for t in ${TARGETS:-qwen2.5-coder-1.5b qwen7b-shaped}; do
+    log "cache $t"; python3 $G/cache_probe.py /tmp/m/$t.gguf /tmp/m/qwen2.5-coder-0.5b.gguf \
+      ${SIZES:-2000 8000} > $OUT/cache-$t.txt 2>&1; grep "N=\|Error" $OUT/cache-$t.txt
   done
   log done; exit 0
 fi

@@ -101,8 +101,10 @@ class PromptCache:
             self._index_directory()
         if self._warmer is not None:
             return  # already reading what the directory held
-        if self._waiting():
-            self._warmer = threading.Thread(target=self._warm_up, name="edgespec-cache-warm", daemon=True)
+        if waiting := self._waiting():
+            self._warmer = threading.Thread(
+                target=self._warm_up, args=(waiting,), name="edgespec-cache-warm", daemon=True
+            )
             self._warmer.start()
         else:
             self.warm.set()
@@ -209,15 +211,13 @@ class PromptCache:
                 keys.append(stored.key)
         return keys
 
-    def _warm_up(self) -> None:
+    def _warm_up(self, keys: list[tuple[int, ...]]) -> None:
         """Read the directory's most recent states into memory while the models wait for
         requests, at the lowest priority: a restarted server then answers a returning
         conversation as one that never left. Read by its first request instead, a state
         cost that request a quarter to a third of what a GPU takes to read the whole
         prompt again (docs/gpu.md)."""
         _lowest_priority()
-        with self._lock:
-            keys = self._waiting()
         for key in keys:
             if self._closing.is_set():
                 break

@@ -244,14 +244,16 @@ class EdgeSpec:
             self._open.add(answer)
         return answer
 
-    def events(self, answer: Generation) -> Iterator[Event]:
+    def events(self, answer: Generation, every_s: float = 0.0) -> Iterator[Event]:
         """Run an answer made by ``start`` in a slot of its own (``RuntimeOptions.parallel``
         answers run at once, taking turns step by step); with every slot taken it waits
-        for one, in arrival order."""
+        for one, in arrival order. ``every_s``: with an engine thread, hand the events
+        over in bunches at most that often (a reader that shows them a few times a
+        second), the first and the last at once."""
         try:
             with self.engine.slots.lease(answer.request.prompt, answer.live.cancel) as seq:
                 answer.sequence = seq if seq is not None else 0  # None: stopped, runs nothing
-                yield from answer.events()
+                yield from answer.events(every_s)
             if self._controller is not None:
                 self._controller.check_costs()
         finally:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
 
-from edgespec.decoding.turns import AHEAD_S, DraftPass, Pass, Passed, Turns
+from edgespec.decoding.turns import AHEAD_S, DraftPass, Pass, Passed, Turns, driven
 
 
 class Scripted:
@@ -381,3 +382,31 @@ def test_an_answer_stopped_while_its_prompt_waits_ends_at_once():
         assert decoding.done.wait(10)
     finally:
         turns.close()
+
+
+def test_a_paced_reader_gets_the_first_events_and_the_last_at_once():
+    """``every_s`` spares the reading thread a wake per step, never the answer's start or
+    end: here the pace is longer than the test may take."""
+    turns = Turns(threaded=True, decode_passes=Recorder())
+    first_seen = threading.Event()
+
+    def steps():
+        yield "first"
+        yield Pass([0])
+        if not first_seen.wait(10):  # the reader waits out no pace for the first events
+            raise AssertionError("the first event was held back")
+        for i in range(30):
+            yield i
+            yield Pass([0])
+        yield "last"
+
+    got, started = [], time.perf_counter()
+    try:
+        for item in driven(turns, steps(), 0, nullcontext, lambda: None, lambda: False, every_s=60.0):
+            got.append(item)
+            if item == "first":
+                first_seen.set()
+    finally:
+        turns.close()
+    assert got == ["first", *range(30), "last"]
+    assert time.perf_counter() - started < 30  # the end is handed over at once, not after the pace

@@ -138,15 +138,16 @@ class Generation:
         """End this answer at its next step (a long prefill at once); no other answer."""
         self.live.stop()
 
-    def events(self) -> Iterator[Event]:
+    def events(self, every_s: float = 0.0) -> Iterator[Event]:
         """Run the answer (once): Token and Step events, then one Done. Threaded, the
         engine thread runs it with the other answers (``decoding.turns``) and this
-        thread reads its events; else this thread runs it."""
+        thread reads its events, as they come or, with ``every_s``, in bunches at most
+        that often after the first (the last at once); else this thread runs it."""
         assert not self._ran, "an answer runs once"
         self._ran = True
         if self.pair.turn.threaded:
             turn, stopped = self.pair.turn, lambda: self.live.stopped
-            yield from driven(turn, self._run(), self.sequence, self.bound, self.stop, stopped)
+            yield from driven(turn, self._run(), self.sequence, self.bound, self.stop, stopped, every_s)
             return
         steps = self._run()
         while True:

@@ -350,6 +350,7 @@ class Driven:
         self.finished = False
         self.told = False
         self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.ended = threading.Event()  # set with the last events: a paced reader wakes for them
 
     @property
     def stopping(self) -> bool:
@@ -385,6 +386,14 @@ class Driven:
     def _end(self, events: list[object]) -> None:
         self.finished = True
         self.events.put([*events, _END])
+        self.ended.set()
+
+    def take(self) -> list[object]:
+        """Every event handed over and not yet taken, waiting for the next if none is."""
+        items = list(self.events.get())
+        while not self.events.empty():
+            items.extend(self.events.get())
+        return items
 
 
 def driven(
@@ -394,16 +403,18 @@ def driven(
     bound: Binding,
     stop: Callable[[], None],
     stopped: Callable[[], bool],
+    every_s: float = 0.0,
 ) -> Iterator[object]:
     """The events of an answer's ``steps`` that the engine thread runs (``bound`` binds its
-    sequence and cancel token to the models), as they come; ``stop`` ends the answer,
-    ``stopped`` says whether it was."""
+    sequence and cancel token to the models), as they come, or with ``every_s`` at most
+    that often after the first (the last at once); ``stop`` ends the answer, ``stopped``
+    says whether it was."""
     runner = Driven(steps, sequence, bound, stopped)
     turns.join(runner)
     ended = False
     try:
         while not ended:
-            for item in runner.events.get():
+            for item in runner.take():
                 if item is _END:
                     ended = True
                 elif isinstance(item, BaseException):
@@ -411,6 +422,10 @@ def driven(
                     raise item
                 else:
                     yield item
+            if every_s > 0 and not ended:
+                # Each hand-over wakes this thread beside a decode; a reader that shows the
+                # answer a few times a second needs no more wakes than that.
+                runner.ended.wait(every_s)
     finally:
         if not ended:
             # Its sequence is leased until it ends: a reader that leaves stops it and

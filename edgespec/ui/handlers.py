@@ -112,7 +112,7 @@ class ChatHandlers:
         pending.started = True
         pending.feed.waiting = False
         try:
-            for _ in self._drive(pending, session, owner_of(request)):
+            for _ in self._drive(pending, session, owner_of(request), self.feeds.pace.fold_s):
                 pass
         except EdgespecError as exc:
             pending.problem = str(exc)
@@ -147,7 +147,7 @@ class ChatHandlers:
         yield self._opening(pending, session, streaming=False).values()
         throttle, gauge_stale = Throttle(UPDATE_INTERVAL_S), False
         try:
-            for step_complete in self._drive(pending, session, owner_of(request)):
+            for step_complete in self._drive(pending, session, owner_of(request), UPDATE_INTERVAL_S / 2):
                 # A finished drafting step moves the gauge, in the next update.
                 gauge_stale = gauge_stale or (step_complete and pending.run.steps[-1].gamma > 0)
                 if throttle.due():
@@ -188,12 +188,12 @@ class ChatHandlers:
         session.current_run, session.live = run, answer.live  # the lenience slider reaches it
         return Pending(answer, run, prompt, options, session.epoch)
 
-    def _drive(self, pending: Pending, session: Session, owner: str) -> Iterator[bool]:
-        """Run the answer, folding its events into ``pending.run``; yields after each
-        event whether it completed a step."""
+    def _drive(self, pending: Pending, session: Session, owner: str, every_s: float) -> Iterator[bool]:
+        """Run the answer, folding its events into ``pending.run`` (taken from the engine
+        at most every ``every_s``); yields after each event whether it completed a step."""
         assert self.lm is not None and self.gate is not None
         try:
-            stream = self.lm.events(pending.answer)
+            stream = self.lm.events(pending.answer, every_s)
             with self.gate.hold(owner, pending.answer), closing(stream) as events:
                 for event in events:
                     step_complete = pending.run.add(event)
@@ -334,7 +334,8 @@ class ChatHandlers:
         answer.reuse_limit = session.last_run.done.stats.reused_tokens
         with self.gate.hold(owner, answer):
             done = None
-            with closing(self.lm.events(answer)) as events:
+            # Read as the answer was, so that both rates are measured the same way.
+            with closing(self.lm.events(answer, self.feeds.pace.fold_s)) as events:
                 for event in events:
                     if isinstance(event, Done):
                         done = event

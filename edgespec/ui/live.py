@@ -43,14 +43,21 @@ class Pace:
     text_s: float
     panels_s: float
 
+    @property
+    def fold_s(self) -> float:
+        """How often the answer's thread takes its events from the engine: a few times per
+        message, so a message is at most that stale."""
+        return self.text_s / 4
+
 
 # New text five times a second (smooth to read, and appended, so cheap to draw), the small
 # panels twice: where the machine has a core the decoding leaves free, or a GPU decodes.
 SMOOTH = Pace(0.2, 0.5)
 # Where llama.cpp's threads take every core, each message costs the decoding 1–2 % of its
 # rate: a software-rendered browser spends about 25 ms of CPU on it (its main thread,
-# compositor and raster threads), and each of those threads, like the server's event loop,
-# stalls a compute thread at its next barrier. New text once a second, the panels every 2 s.
+# compositor and raster threads), and each of those threads, like the server's event loop
+# and the answer's own thread waking for its events, stalls a compute thread at its next
+# barrier. New text once a second, the panels every 2 s.
 SPARING = Pace(1.0, 2.0)
 KEPT_FEEDS = 64  # feeds of recent answers a page may still connect to
 WAITING_HTML = (

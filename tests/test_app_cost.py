@@ -3,9 +3,12 @@ app's own stats table as the browser shows it, and the figures compare like with
 
 from __future__ import annotations
 
+import re
+import tomllib
+
 import pytest
 
-from edgespec.bench.app_cost import DECODE, Pairing
+from edgespec.bench.app_cost import DECODE, EDITS, Pairing, edit_prompts
 from edgespec.decoding.events import Stats
 from edgespec.ui.text import final_stats_markdown
 
@@ -25,3 +28,14 @@ def test_ratios_are_per_repeat_and_of_the_bests() -> None:
     assert row["ratio_of_bests"] == 0.8
     assert row["ratios"] == [0.8, 0.95] and row["spread"] == 0.15
     assert Pairing("auto", cli=[10.0], app=[12.0]).summary()["spread"] == 0.0
+
+
+def test_the_private_edits_are_distinct_renames_enough_for_twelve_repeats() -> None:
+    """Each answer asks another edit, so that the app cannot draft one from its own earlier
+    answer: 12 repeats of two drafters ask none twice."""
+    edits = tomllib.loads(EDITS.read_text())["edit"]
+    prompts = edit_prompts()
+    assert len(set(prompts)) == len(prompts) >= 24
+    for edit in edits:
+        assert re.search(rf"\b{re.escape(edit['old'])}\b", edit["code"]), edit["old"]
+        assert not re.search(rf"\b{re.escape(edit['new'])}\b", edit["code"]), edit["new"]

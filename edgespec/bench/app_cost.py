@@ -12,7 +12,8 @@ same engine counters; prefill differs between a fresh CLI process and the app's 
 cache, and is left out. Greedy, so both decode the same tokens. Each answer asks another
 private edit (``data/app_edits.toml``), the same on both sides: asked again, the app would
 draft the answer from its own earlier one (the ``suffix`` index), which the CLI's fresh
-process cannot.
+process cannot; with more answers than edits, the app starts afresh before an edit it
+was asked before (its sequences and its ``suffix`` index emptied, as a new process's).
 """
 
 from __future__ import annotations
@@ -134,10 +135,16 @@ def measure(args: argparse.Namespace) -> list[Pairing]:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             page = open_app(browser, f"http://127.0.0.1:{port}/", args.max_tokens)
             app_rate(page, WARM_UP, "none")
+            asked: set[str] = set()
             for repeat in range(args.repeats):
                 for number, pairing in enumerate(pairings):
                     # Another edit for every answer the app gives: it has seen none of them.
                     prompt = args.prompts[(repeat * len(pairings) + number) % len(args.prompts)]
+                    if prompt in asked:
+                        # More answers than edits: the app's suffix index would draft this
+                        # one from its earlier answer, which a new CLI process cannot.
+                        lm.start_afresh()
+                    asked.add(prompt)
                     # Interleaved, and in turn first: neither side always runs after the other.
                     sides = [("cli", pairing.cli), ("app", pairing.app)]
                     for side, rates in sides if repeat % 2 == 0 else reversed(sides):

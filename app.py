@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from edgespec.api import EdgeSpec
+    from edgespec.ui.pair import PairChoice
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: the app is reachable from this machine only
 DEFAULT_PORT = 7860
+DEFAULT_DISK_GIB = 4.0  # a laptop's share: some 140k tokens of the default 1.5B's states
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,28 +29,52 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ctx", type=int, default=0,
                         help="context length in tokens (default 0: what the model was trained for, "
                              "bounded by this machine's memory)")  # fmt: skip
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="where the chats are kept (default: this platform's user data folder, "
+                             "or EDGESPEC_DATA_DIR)")  # fmt: skip
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="where chats' prompt states are kept on disk, so a chat reopened after a "
+                             "restart answers warm (default: EDGESPEC_HOME/prompt-cache)")  # fmt: skip
+    parser.add_argument("--cache-disk-gib", type=float, default=DEFAULT_DISK_GIB,
+                        help=f"the most those states may take on disk, least recently used removed "
+                             f"first (default {DEFAULT_DISK_GIB:g}; 0: memory only)")  # fmt: skip
     return parser.parse_args(argv)
 
 
-def load_pair(args: argparse.Namespace) -> EdgeSpec:
-    """The shared EdgeSpec; raises EdgespecError with a one-line reason."""
+def load_pair(args: argparse.Namespace, choice: PairChoice | None = None) -> EdgeSpec:
+    """The shared EdgeSpec (``choice``: another pair than the flags name, picked in the
+    app); raises EdgespecError with a one-line reason."""
     from edgespec.api import EdgeSpec, RuntimeOptions
     from edgespec.errors import EdgespecError
 
     if args.ctx != 0 and args.ctx < 16:
         raise EdgespecError(f"--ctx must be at least 16, or 0 for the model's own (got {args.ctx})")
     from edgespec.cli.generate import default_cache_gib
+    from edgespec.host import home
     from edgespec.runtime.prompt_cache import GIB, CacheOptions
 
-    # Idle chats' KV states stay in memory, so a chat taken up again reads only its new turn.
-    cache = CacheOptions(ram_bytes=int(default_cache_gib() * GIB))
+    # Idle chats' KV states stay in memory, so a chat taken up again reads only its new
+    # turn, and on disk, so that it still does after a restart.
+    disk = int(args.cache_disk_gib * GIB)
+    directory = (args.cache_dir or home() / "prompt-cache") if disk > 0 else None
+    cache = CacheOptions(
+        ram_bytes=int(default_cache_gib() * GIB), directory=directory, disk_bytes=max(disk, 1)
+    )
     # Gradio runs each event in a thread of its own: the models' calls all go to one.
     options = RuntimeOptions(n_ctx=args.ctx, cache=cache, engine_thread=True)
-    lm = EdgeSpec(target=args.target, draft=args.draft, options=options)
+    target, draft = (choice.target, choice.draft) if choice is not None else (args.target, args.draft)
+    lm = EdgeSpec(target=target, draft=draft, options=options)
     # Measure drafting and verification costs now (or load them from an earlier run), so
     # that the first answer with drafter "auto" does not wait for it.
     lm.controller_state()
     return lm
+
+
+def open_store(args: argparse.Namespace):
+    """The chats' store (a file that cannot be read is set aside: the store says so)."""
+    from edgespec.ui.chat_store import ChatStore, default_data_dir
+
+    return ChatStore.open(args.data_dir or default_data_dir())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,15 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     # before Gradio is even imported.
     from edgespec.errors import run_reporting_errors
 
-    loaded: list[EdgeSpec] = []
-    status = run_reporting_errors(lambda: loaded.append(load_pair(args)))
-    if not loaded:
+    loaded: list = []
+    status = run_reporting_errors(lambda: loaded.extend((load_pair(args), open_store(args))))
+    if len(loaded) < 2:
+        if loaded:
+            loaded[0].close()
         return status
-    lm = loaded[0]
+    lm, store = loaded
 
     from edgespec.ui.layout import build_app, launch_app
+    from edgespec.ui.pair import PairChoice
 
-    demo = build_app(lm)
+    demo = build_app(lm, store=store, loader=lambda choice: load_pair(args, choice))
+    demo.pair.loaded_as(PairChoice(args.target, args.draft))  # type: ignore[attr-defined]
+    if store.notice:
+        print(f"edgespec: {store.notice}", file=sys.stderr, flush=True)
     try:
         launch_app(demo, server_name=args.host, server_port=args.port, prevent_thread_lock=True, quiet=True)
     except OSError as exc:  # typically: the port is taken
@@ -77,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         demo.close()
-        lm.close()
+        # The pair answering now: the one loaded at start, or one picked in the app since.
+        current = demo.pair.lm  # type: ignore[attr-defined]
+        if current is not None:
+            current.close()
+        store.close()
     return 0
 
 

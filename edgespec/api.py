@@ -277,6 +277,11 @@ class EdgeSpec:
         assert done is not None
         return done
 
+    def cached_tokens(self, tokens: list[int]) -> int:
+        """How many of ``tokens``' first tokens the pair holds (in a slot or its prompt
+        cache): a prompt that starts with them reads only the rest."""
+        return self.engine.slots.cached(list(tokens))
+
     def start_afresh(self) -> None:
         """Empty every sequence of both models and forget the conversations the drafters
         remember (the ``suffix`` index): the state a new process starts in, which a

@@ -28,7 +28,7 @@ from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, NONE, NONE_COLOUR, REGISTRY
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
 from edgespec.runtime.prompt_cache import GIB, CacheOptions
-from edgespec.ui.answer import AnswerRun
+from edgespec.ui.answer import AnswerRun, answer_from_record, answer_record
 from edgespec.ui.figures import (
     DRAFTED_NAME,
     DRAFTER_COLOURS,
@@ -40,11 +40,14 @@ from edgespec.ui.figures import (
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.handlers import View
 from edgespec.ui.layout import build_app, drafter_choices, drafter_help, launch_app
+from edgespec.ui.library import WARM_MARK
 from edgespec.ui.reasons import FIXED_WORDS, IDLE_WORDS, reason_words
 from edgespec.ui.text import (
     PROVENANCE_STYLE,
+    coloured_answer,
     final_stats_markdown,
-    provenance_html,
+    provenance_css,
+    provenance_legend,
     speedup_markdown,
     step_rows,
 )
@@ -65,6 +68,7 @@ APP = Path(__file__).resolve().parent.parent / "app.py"
 OUT = {name: index for index, name in enumerate(View.names())}
 # Explicit drafter and γ: these tests must not depend on the adaptive controller.
 FAST = {
+    "system": "",
     "drafter": "model",
     "gamma": "4",
     "verify": "token",
@@ -75,8 +79,9 @@ FAST = {
     "seed": "",
     "max_tokens": 32,
     "lenience": 1.0,
-    "colour": True,
+    "colour": False,
 }
+LISTED = len(View.names())  # where the chat list is among an opening handler's outputs
 CODE_PROMPT = "Write a Python function that adds two numbers."
 LONG_PROMPT = "Write a long, detailed story about a robot who learns to paint."
 
@@ -139,19 +144,40 @@ def test_legend_separates_corrections_from_tokens_with_no_draft():
     backgrounds = [background for _, background, _ in PROVENANCE_STYLE.values()]
     assert len(set(backgrounds)) == 4, "each provenance needs its own colour"
 
-    drafted = provenance_html(finished(drafted_events()), colour=True)
+    run = finished(drafted_events())
+    legend = provenance_legend(run, colour=True)
+    answer = coloured_answer(run.runs)
     for source, count in ((DRAFT, 6), (TARGET, 1), (BONUS, 1), (PLAIN, 2)):
-        assert f'data-legend="{source}" data-count="{count}"' in drafted
-        assert f'data-source="{source}"' in drafted
-    legend = drafted.split('class="provenance-text"')[0]
+        assert f'data-legend="{source}" data-count="{count}"' in legend
+        assert f'class="prov prov-{source}"' in answer
     order = [legend.index(f'data-legend="{source}"') for source in (DRAFT, TARGET, BONUS, PLAIN)]
     assert order == sorted(order), "legend order: draft, correction, bonus, no draft"
+    # Shown in the chat in place of the Markdown: one line, so no blank line ends the block.
+    multi_line = coloured_answer([["a\n\nb", PLAIN]])
+    assert "\n" not in multi_line and "a&#10;&#10;b" in multi_line
 
-    plain = provenance_html(finished(plain_events(5)), colour=True)
-    assert f'data-legend="{PLAIN}" data-count="6"' in plain
-    assert f'data-legend="{TARGET}" data-count="0"' in plain
-    assert f'data-source="{TARGET}"' not in plain, "no draft, so nothing was corrected"
-    assert plain.count("data-source=") == 1 and f'data-source="{PLAIN}"' in plain
+    plain_run = finished(plain_events(5))
+    plain_legend, plain = provenance_legend(plain_run, colour=True), coloured_answer(plain_run.runs)
+    assert f'data-legend="{PLAIN}" data-count="6"' in plain_legend
+    assert f'data-legend="{TARGET}" data-count="0"' in plain_legend
+    assert "prov-target" not in plain, "no draft, so nothing was corrected"
+    assert plain.count('class="prov ') == 1 and "prov-plain" in plain
+    css = provenance_css()
+    assert all(f".prov-{source}{{background:" in css for source in PROVENANCE_STYLE)
+
+
+def test_a_stored_answer_comes_back_with_its_figures():
+    run = finished(drafted_events())
+    stats, provenance, steps = answer_record(run)
+    again = answer_from_record(run.text, stats, provenance, steps)
+    assert again.runs == run.runs and again.steps == run.steps and again.sources == run.sources
+    assert (again.tokens, again.drafted, again.accepted) == (run.tokens, run.drafted, run.accepted)
+    assert again.done is not None and again.done.stats == run.done.stats
+    assert again.done.stop_reason == "eos"
+    assert gauge_html(again) == gauge_html(run)
+    # An imported answer without figures is its text, plain.
+    bare = answer_from_record("hello", None, None, None)
+    assert bare.runs == [["hello", PLAIN]] and bare.text == "hello"
 
 
 def test_every_drafter_has_its_registry_colour_in_the_step_chart():
@@ -413,7 +439,7 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
     for label in ("tokens/s", "τ", "acceptance", "time to first token", "prefill", "verify", "other"):
         assert label in stats
     assert "32 (max tokens reached)" in stats
-    assert 'data-source="draft"' in final[OUT["provenance"]]
+    assert 'data-legend="draft"' in final[OUT["legend"]]
     assert final[OUT["steps_table"]]["data"][0][1] == "model"
     assert 'data-series="accepted (model)"' in final[OUT["steps_plot"]]
     gauges = [o[OUT["gauge"]] for o in job.outputs() if "data-accepted" in str(o[OUT["gauge"]])]
@@ -426,6 +452,10 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
     assert answer_text(chat)
     # The first turn stayed in the caches: most of the second prompt is reused.
     assert reused_tokens(second[OUT["stats"]]) > 30
+    # Coloured by provenance, the answers are drawn in the chat itself, not a second time.
+    coloured = client.predict(True, api_name="/recolour")[0]
+    assert 'class="prov prov-draft"' in answer_text(coloured)
+    assert [m["role"] for m in coloured] == ["user", "assistant", "user", "assistant"]
 
 
 def reused_tokens(stats: str) -> int:
@@ -436,21 +466,46 @@ def reused_tokens(stats: str) -> int:
 def test_chats_keep_their_histories_and_a_chat_taken_up_again_is_warm(client: Client):
     first = ask(client, CODE_PROMPT).result(timeout=180)
     assert answer_text(first[OUT["chatbot"]])
-    opened = client.predict(api_name="/new_chat")
+    opened = client.predict("", api_name="/new_chat")
     assert opened[OUT["chatbot"]] == []
-    ask(client, "Name three colours, one word each.").result(timeout=180)
-    back = client.predict(0, api_name="/open_chat")
+    second = ask(client, "Name three colours, one word each.").result(timeout=180)
+    listed = client.predict("", api_name="/new_chat")[LISTED]["choices"]
+    titles = [title.removesuffix(WARM_MARK) for title, _ in listed]
+    # Newest first, each titled by its first message; the chat in the slot is warm.
+    assert titles[:2] == ["Name three colours, one word each.", CODE_PROMPT]
+    first_id = listed[1][1]
+    assert listed[0][0].endswith(WARM_MARK)
+    back = client.predict(first_id, api_name="/open_chat")
     assert back[OUT["chatbot"]] == first[OUT["chatbot"]]  # the first chat, as it was
-    listed = back[-1]  # the list of chats, titled by their first messages, the first one picked
-    assert listed["value"] == 0
-    assert [title for title, _ in listed["choices"]] == [
-        CODE_PROMPT[:39] + "…" if len(CODE_PROMPT) > 40 else CODE_PROMPT,
-        "Name three colours, one word each.",
-    ]
+    assert back[LISTED]["value"] == first_id
     again = ask(client, "Now make it multiply instead.").result(timeout=180)
     assert [m["role"] for m in again[OUT["chatbot"]]] == ["user", "assistant"] * 2
     # Another conversation ran in between; its history came back from the prompt cache.
     assert reused_tokens(again[OUT["stats"]]) > 30
+    assert answer_text(second[OUT["chatbot"]])
+
+
+@needs_models
+def test_regenerate_and_edit_replace_what_followed(client: Client):
+    ask(client, "Name a colour, one word.", max_tokens=8).result(timeout=180)
+    ask(client, "Name a fruit, one word.", max_tokens=8).result(timeout=180)
+    # Regenerate: the last answer again (greedy: the same text), from the cached question.
+    client.predict(api_name="/note_retry")
+    again = ask(client, "ignored: the last question is answered again", max_tokens=8).result(timeout=180)
+    roles = [m["role"] for m in again[OUT["chatbot"]]]
+    assert roles == ["user", "assistant"] * 2
+    assert "Name a fruit" in answer_text_of(again[OUT["chatbot"]][2])
+    assert reused_tokens(again[OUT["stats"]]) > 10
+    # Edit the first question: what followed it goes, and the edited one is answered.
+    client.predict(0, "Name an animal, one word.", api_name="/edit_message")
+    edited = ask(client, "ignored", max_tokens=8).result(timeout=180)
+    chat = edited[OUT["chatbot"]]
+    assert [m["role"] for m in chat] == ["user", "assistant"]
+    assert answer_text_of(chat[0]) == "Name an animal, one word."
+
+
+def answer_text_of(message: dict) -> str:
+    return "".join(part.get("text", "") for part in message["content"])
 
 
 @needs_models
@@ -523,20 +578,26 @@ def test_baseline_is_measured_before_any_speedup_is_shown(client: Client):
     follow_up = ask(client, "Now make it shorter.", max_tokens=12).result(timeout=180)
     assert "speedup ×" not in follow_up[OUT["speedup"]]
     assert "speedup ×" in client.predict(api_name="/measure_baseline")[OUT["speedup"]]
-    # Clear forgets the answers, and their baseline with them.
-    assert "speedup ×" not in client.predict(api_name="/clear")[OUT["speedup"]]
+    # Another chat forgets the answers, and their baseline with them.
+    assert "speedup ×" not in client.predict("", api_name="/new_chat")[OUT["speedup"]]
 
 
 @needs_models
-def test_clear_mid_generation_starts_over(client: Client):
+def test_a_new_chat_mid_generation_stops_the_answer_and_keeps_what_it_said(client: Client):
     ask(client, "Say hello in one word.", max_tokens=16).result(timeout=180)
     job = ask(client, LONG_PROMPT, max_tokens=400)
     wait_for_text(job)
-    cleared = client.predict(api_name="/clear")
-    assert cleared[OUT["chatbot"]] == []
-    job.result(timeout=60)  # Clear also stopped it
+    fresh_chat = client.predict("", api_name="/new_chat")
+    assert fresh_chat[OUT["chatbot"]] == []
+    job.result(timeout=60)  # the new chat also stopped it
     fresh = ask(client, "Say hello in one word.", max_tokens=16).result(timeout=180)
     assert [m["role"] for m in fresh[OUT["chatbot"]]] == ["user", "assistant"]
+    # The stopped answer stayed in its own chat, as far as it had got.
+    listed = client.predict("", api_name="/new_chat")[LISTED]["choices"]
+    stopped_id = listed[1][1]
+    stopped = client.predict(stopped_id, api_name="/open_chat")[OUT["chatbot"]]
+    assert [m["role"] for m in stopped] == ["user", "assistant"] * 2
+    assert answer_text(stopped)
 
 
 @needs_models

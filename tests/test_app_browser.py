@@ -43,15 +43,19 @@ LAST_ANSWER_JS = """() => {
     const bots = document.querySelectorAll('#chatbot .bot-row .message-content');
     return bots.length ? bots[bots.length - 1].innerText : '';
 }"""
-# The raw streamed text, from the provenance spans: unlike the chat's rendered Markdown,
-# whose visible text can shrink when a code fence opens, it only ever grows.
-STREAMED_TEXT_JS = """() => [...document.querySelectorAll('#provenance [data-source]')]
-    .map(e => e.textContent).join('')"""
+# The raw streamed text, from the answer's bubble while it streams (plain or coloured
+# spans): unlike the chat's rendered Markdown afterwards, it only ever grows.
+STREAMED_TEXT_JS = """() => document.querySelector('#chatbot .live-slot-answer')?.textContent || ''"""
 # The legend chips as drawn: provenance, token count, label.
-LEGEND_JS = """() => [...document.querySelectorAll('#provenance [data-legend]')]
+LEGEND_JS = """() => [...document.querySelectorAll('#legend [data-legend]')]
     .map(e => [e.dataset.legend, Number(e.dataset.count), e.textContent])"""
-SOURCES_JS = """() => [...new Set([...document.querySelectorAll('#provenance [data-source]')]
-    .map(e => e.dataset.source))]"""
+# The provenance of the last answer's coloured spans, in the chat itself.
+LAST_SPANS = (
+    "[...(([...document.querySelectorAll('#chatbot .bot-row')].pop()) || document).querySelectorAll('.prov')]"
+)
+SOURCES_JS = f"""() => [...new Set({LAST_SPANS}.map(e => [...e.classList].find(c => c.startsWith('prov-'))
+    .slice(5)))]"""
+LAST_TEXT_JS = f"() => {LAST_SPANS}.map(e => e.textContent).join('')"
 # The step chart's series, as the page drew them (each mark keeps its step's value).
 CHART_JS = """() => [...document.querySelectorAll('#steps-plot g.series')].map(g => ({
     name: g.dataset.series, colour: g.dataset.colour,
@@ -86,6 +90,9 @@ def open_app(browser, url: str):
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
     page.wait_for_selector("#message textarea")
+    for panel in ("#settings-panel", "#stats-panel", "#steps-panel"):  # folded until opened
+        if page.locator(f"{panel} > button").get_attribute("aria-expanded") != "true":
+            page.click(f"{panel} > button")
     # The drafter options are the registry's, every one of them offered.
     page.locator("#drafter label").first.wait_for()
     offered = [t.strip() for t in page.locator("#drafter label").all_inner_texts()]
@@ -109,7 +116,7 @@ def gauge_accepted(page) -> int:
 
 
 def coloured_spans(page) -> int:
-    return page.locator("#provenance [data-source]").count()
+    return page.evaluate(f"() => {LAST_SPANS}.length")
 
 
 def chart(page, names_wanted) -> list[dict]:
@@ -194,15 +201,12 @@ def test_chat_in_a_real_browser(app_url: str):
             withdrawn = open_app(browser, app_url)
             withdrawn.fill("#message textarea", "Say goodbye in one word.")
 
-            # The provenance box lower than the app's, so that this short answer overflows
-            # it and the box is seen following the answer's end.
-            page.add_style_tag(content="#provenance .provenance-text { max-height: 3em; }")
+            page.click("#new-chat")
             page.fill("#message textarea", "Write a Python function that checks whether a number is prime.")
             page.keyboard.press("Enter")
 
             # Watch the answer grow, and the gauge move, while it streams.
             lengths: list[int] = []
-            boxes: list[list] = []  # the provenance text's box, as each look saw it
             best_gauge = -1
             sent = queued_seen = False
             deadline = time.monotonic() + TIMEOUT_MS / 1000
@@ -210,7 +214,6 @@ def test_chat_in_a_real_browser(app_url: str):
                 text = page.evaluate(STREAMED_TEXT_JS)
                 if text and (not lengths or len(text) != lengths[-1]):
                     lengths.append(len(text))
-                    boxes.append(page.evaluate(PROVENANCE_BOX_JS))
                 best_gauge = max(best_gauge, gauge_accepted(page))
                 if lengths and not sent:
                     # The first tab is busy: the second one sends now and must be told it
@@ -229,23 +232,23 @@ def test_chat_in_a_real_browser(app_url: str):
             assert "tokens/s" in page.inner_text("#stats"), "the final stats never arrived"
             assert len(lengths) >= 3, f"the answer did not stream: lengths seen {lengths}"
             assert lengths == sorted(lengths) and lengths[-1] > lengths[0]
-            check_provenance_box(boxes)
-            assert page.evaluate(LAST_ANSWER_JS), "the answer is in the chat too"
+            assert page.evaluate(LAST_ANSWER_JS), "the answer is in the chat"
             best_gauge = max(best_gauge, gauge_accepted(page))
             assert best_gauge > 0, "the gauge never showed an accepted draft token"
             assert queued_seen, "the second tab never showed that it was waiting"
 
-            # Colouring on: provenance spans; off: the same text, plain.
-            expect(page.locator("#provenance [data-source='draft']").first).to_be_visible()
-            coloured_text = page.inner_text("#provenance .provenance-text")
-            assert coloured_spans(page) > 0
+            # Colouring on: the answer in the chat is provenance spans; off: its Markdown.
+            expect(page.locator("#chatbot .prov.prov-draft").first).to_be_visible()
+            coloured_text = page.evaluate(LAST_TEXT_JS)
+            assert coloured_spans(page) > 0 and "def " in coloured_text
+            assert page.locator("#provenance").count() == 0, "the answer is shown once"
             page.screenshot(path=str(OUTPUT_DIR / "app_browser.png"), full_page=True)
             page.click("#colour-toggle input")
-            expect(page.locator("#provenance")).to_contain_text("colouring off")
+            expect(page.locator("#legend")).to_contain_text("colouring off")
             assert coloured_spans(page) == 0
-            assert page.inner_text("#provenance .provenance-text") == coloured_text
+            assert "def " in page.evaluate(LAST_ANSWER_JS)
             page.click("#colour-toggle input")
-            expect(page.locator("#provenance [data-source]").first).to_be_visible()
+            expect(page.locator("#chatbot .prov").first).to_be_visible()
 
             check_drafted_answer(page)
 
@@ -267,6 +270,7 @@ def test_chat_in_a_real_browser(app_url: str):
 
             # An answer with no drafting at all says so, everywhere.
             page.click("#drafter label:has-text('none')")
+            page.click("#new-chat")
             page.fill("#message textarea", "Count from 1 to 5, one number per line.")
             page.keyboard.press("Enter")
             expect(page.locator("#gauge")).to_contain_text("no drafting in this answer", timeout=TIMEOUT_MS)
@@ -277,25 +281,6 @@ def test_chat_in_a_real_browser(app_url: str):
             print(f"screenshots: {OUTPUT_DIR / 'app_browser.png'}, {second_shot} and {plain_shot}")
         finally:
             browser.close()
-
-
-# The provenance text's box: its height, its content's, how far it is scrolled, its
-# containment, and whether the live feed still writes into it (the answer has not ended).
-PROVENANCE_BOX_JS = """() => {
-    const box = document.querySelector('#provenance .provenance-text');
-    const live = box.classList.contains('live-slot-tokens');
-    return [box.clientHeight, box.scrollHeight, box.scrollTop, getComputedStyle(box).contain, live];
-}"""
-
-
-def check_provenance_box(boxes: list[list]) -> None:
-    """While the answer streams, its provenance text keeps one size, laid out and painted
-    on its own (a panel that grew moved the page below it at every message), and a box the
-    text overflows shows its end."""
-    assert {(height, contain) for height, _, _, contain, _ in boxes} == {(boxes[0][0], "strict")}, boxes
-    overflowing = [box for box in boxes if box[4] and box[1] > box[0]]
-    assert overflowing, f"the streamed answer never overflowed its provenance box: {boxes}"
-    assert all(top + height >= content - 2 for height, content, top, *_ in overflowing), boxes
 
 
 # Counts the animation frames the page's own scripts are given (it runs before the app's

@@ -10,7 +10,7 @@ from edgespec.decoding.events import BONUS, DRAFT, PLAIN, Done, Stats, Step, Tok
 from edgespec.ui.answer import AnswerRun
 from edgespec.ui.live import SMOOTH, WAITING_HTML, Feed, FeedReader, LiveFeeds
 
-SPANS = re.compile(r'<span data-source="(\w+)"[^>]*>([^<]*)</span>')
+SPANS = re.compile(r'<span class="prov prov-(\w+)"[^>]*>([^<]*)</span>')
 
 
 def token(text: str, source: str = PLAIN) -> Token:
@@ -27,11 +27,11 @@ def spans(markup: str) -> list[tuple[str, str]]:
 
 def test_text_is_appended_once_and_whole_in_order():
     run = AnswerRun()
-    reader = FeedReader(Feed(run, colour=True, waiting=False))
+    reader = FeedReader(Feed(run, colour=False, waiting=False))
     run.add(token("def <f>"))
     first = reader.message(0.0)
     # The first message clears the placeholder, then brings everything so far.
-    assert first["replace"]["answer"] == "" and first["replace"]["tokens"] == ""
+    assert first["replace"]["answer"] == ""
     assert first["append"]["answer"] == html.escape("def <f>")
     run.add(step(3, 2))
     for text, source in [("(x", DRAFT), ("):", DRAFT), ("\n    ", BONUS)]:
@@ -39,10 +39,22 @@ def test_text_is_appended_once_and_whole_in_order():
     second = reader.message(0.1)
     assert "answer" not in second["replace"], "only the first message replaces the text"
     assert html.unescape(second["append"]["answer"]) == "(x):\n    "
-    assert spans(second["append"]["tokens"]) == [(DRAFT, "(x):"), (BONUS, "\n    ")]
     assert reader.message(0.2)["append"] == {}, "nothing new, nothing appended"
     pieces = [first["append"]["answer"], second["append"]["answer"]]
     assert html.unescape("".join(pieces)) == run.text
+
+
+def test_coloured_text_is_appended_as_provenance_spans_in_the_answer_itself():
+    run = AnswerRun()
+    reader = FeedReader(Feed(run, colour=True, waiting=False))
+    run.add(token("def"))
+    reader.message(0.0)
+    run.add(step(3, 2))
+    for text, source in [("(x", DRAFT), ("):", DRAFT), ("\n    ", BONUS)]:
+        run.add(token(text, source))
+    message = reader.message(0.1)
+    assert spans(message["append"]["answer"]) == [(DRAFT, "(x):"), (BONUS, "\n    ")]
+    assert set(message["append"]) == {"answer"}, "the answer is sent once, not twice"
 
 
 def test_small_panels_are_replaced_at_most_every_interval_and_at_the_end():
@@ -68,10 +80,10 @@ def test_a_waiting_answer_says_so_and_a_recolour_resends_the_text_whole():
     assert reader.message(0.0) == {"replace": {"stats": WAITING_HTML}}
     feed.waiting = False
     run.add(token("x", DRAFT))
-    assert spans(reader.message(0.1)["append"]["tokens"]) == [(DRAFT, "x")]
+    assert spans(reader.message(0.1)["append"]["answer"]) == [(DRAFT, "x")]
     feed.colour, feed.shown = False, feed.shown + 1
     again = reader.message(0.2)
-    assert again["replace"]["tokens"] == "" and again["append"]["tokens"] == "x", "plain text, whole"
+    assert again["replace"]["answer"] == "" and again["append"]["answer"] == "x", "plain text, whole"
 
 
 def test_feeds_are_kept_by_unguessable_id_and_the_oldest_dropped():
@@ -120,12 +132,11 @@ def test_the_page_script_comes_first_and_a_feed_streams_over_loopback():
 
 
 def test_a_pasted_function_keeps_its_indentation_in_the_chat_and_the_model_gets_it_as_typed():
+    from edgespec.ui.chat_store import StoredMessage
     from edgespec.ui.views import chat_messages
 
     typed = "Fix this:\ndef f(x):\n    if x:\n\treturn 1\n```\n    fenced stays\n```"
-    user, answer = chat_messages(
-        [{"role": "user", "content": typed}, {"role": "assistant", "content": "  ok"}]
-    )
+    user, answer = chat_messages([StoredMessage("user", typed), StoredMessage("assistant", "  ok")])
     drawn = user["content"][0]["text"].split("\n")
     assert drawn[2] == "\u00a0" * 4 + "if x:" and drawn[3] == "\u00a0" * 4 + "return 1"
     assert drawn[5] == "    fenced stays", "inside a fence Markdown keeps it already"

@@ -8,14 +8,18 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 from synthetic_costs import CPU_TARGET, costs, plan, policy
 
-from edgespec.decoding.costs import CostCurve, implausible
+from edgespec.cli.costs import _status
+from edgespec.decoding.costs import CostCurve, implausible, load_or_measure, measure
+from edgespec.decoding.costs.curve import same_dips
 from edgespec.decoding.costs.measure import cpu_ticks
+from edgespec.runtime.model import LoadOptions
 
 
 def test_cost_curve_interpolates_and_learns():
@@ -107,8 +111,122 @@ def test_a_gpu_profile_is_plausible_and_a_falling_one_is_not():
     assert implausible({1: 57.0, 2: 100.0, 3: 131.0, 4: 30.0}) == "4 tokens priced at 0.23× of 3 tokens"
 
 
+# A 2-core Sapphire Rapids VM (llama.cpp without AMX) measured, ms: llama.cpp's kernels tile
+# by 16, so 16 tokens cost 298 ms where 9 cost 285, 15 about 445 and 17 415. Sizes around
+# them grow smoothly here.
+XEON = {k: 60.0 + 25.0 * k for k in range(1, 18)} | {9: 285.0, 15: 445.0, 16: 298.0, 17: 415.0}
+SMOOTH = XEON | {16: 430.0}  # the same machine had the dip been a disturbance
+
+
+def test_a_dip_found_again_at_the_same_sizes_and_depth_is_the_machines_own():
+    again = {k: 1.05 * ms for k, ms in XEON.items()} | {16: 1.1 * 298.0}  # slower, 16 at 0.74× of 15
+    assert implausible(XEON) == "16 tokens priced at 0.67× of 15 tokens"
+    assert implausible(XEON, accepted=[(15, 16)]) is None
+    assert same_dips(XEON, again)
+    assert not same_dips(SMOOTH, XEON)  # seen once
+    assert not same_dips(XEON, XEON | {16: 200.0})  # 0.45× of 15: not as deep
+    assert not same_dips(XEON, SMOOTH | {9: 300.0, 10: 200.0})  # elsewhere
+    assert not same_dips(XEON, SMOOTH)  # no dip: nothing to trust
+    assert not same_dips(XEON | {3: 0.0}, XEON)
+
+
+class StandInModel:
+    """What the measurement and the profile's key ask of a model, with no model behind it:
+    the passes' times come from ``machine`` (``measure._time_decode`` replaced)."""
+
+    def __init__(self, path: Path):
+        self.name, self.path, self.options = "stand-in", path, LoadOptions()
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return list(range(len(text)))
+
+    def reset(self) -> None:
+        pass
+
+    def decode(self, tokens: list[int], n_outputs: int = 1) -> None:
+        pass
+
+
+@pytest.fixture()
+def machine(tmp_path, monkeypatch):
+    """A stand-in target whose passes take, in each measurement of the whole curve, the
+    times of the next curve of ``machine.curves`` (ms by size); ``machine.timed`` counts the
+    passes timed by size."""
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    weights = tmp_path / "stand-in.gguf"
+    weights.write_bytes(b"GGUF")
+    model = StandInModel(weights)
+    model.curves, model.timed = [], Counter()
+
+    def timed(_model, _filler: list[int], k: int, _all_logits: bool) -> float:
+        model.timed[k] += 1
+        return model.curves[(model.timed[k] - 1) // measure._ROUNDS][k] / 1000
+
+    monkeypatch.setattr(measure, "_time_decode", timed)
+    return model
+
+
+def quiet_machine() -> None:
+    return None
+
+
+def test_a_dip_measured_twice_is_kept_as_measured_and_not_measured_again(machine):
+    """Each start of the app on that Xeon measured the curve twice (3 minutes), found the
+    same dip, kept it as provisional, and measured it again at the next start."""
+    machine.curves = [XEON, {k: 1.03 * ms for k, ms in XEON.items()}]
+    notes: list[str] = []
+    costs = load_or_measure(machine, None, 17, busy=quiet_machine, notify=notes.append)
+    assert set(machine.timed.values()) == {2 * measure._ROUNDS}  # measured twice ...
+    assert not costs.provisional and costs.dips == ((15, 16),)  # ... and kept as measured
+    assert costs.target.estimate(16) == pytest.approx(1.03 * 0.298)
+    assert "measuring again" in notes[0] and "kept" in notes[1], notes
+    data = json.loads(costs.profile_path.read_text())
+    assert data["provisional"] is False and data["dips"] == [[15, 16]]
+    assert "implausible" not in _status(costs.profile_path)  # `edgespec costs show`
+
+    machine.timed.clear()  # the next start uses it as it is ...
+    again = load_or_measure(machine, None, 17, quiet=True, busy=quiet_machine)
+    assert not machine.timed and not again.provisional
+    assert again.target.estimate(16) == pytest.approx(costs.target.estimate(16))
+    machine.curves = [XEON | {20: 560.0, 21: 585.0}]  # ... and a larger γ measures only what it lacks
+    load_or_measure(machine, None, 21, quiet=True, busy=quiet_machine)
+    assert set(machine.timed) == {20, 21}
+    assert json.loads(costs.profile_path.read_text())["dips"] == [[15, 16]]
+
+
+@pytest.mark.parametrize(
+    "second, provisional",
+    [
+        (SMOOTH, False),  # a disturbance: gone when measured again
+        (XEON | {16: 200.0}, True),  # falls at the same sizes, but 0.45× of 15 against 0.67×
+        (SMOOTH | {9: 330.0, 10: 230.0}, True),  # falls elsewhere
+    ],
+)
+def test_a_dip_not_found_again_alike_is_a_disturbance(machine, second, provisional):
+    machine.curves = [XEON, second]
+    costs = load_or_measure(machine, None, 17, quiet=True, busy=quiet_machine)
+    assert set(machine.timed.values()) == {2 * measure._ROUNDS}
+    assert costs.provisional is provisional and costs.dips == ()
+    assert costs.target.estimate(16) == pytest.approx(second[16] / 1000)
+    data = json.loads(costs.profile_path.read_text())
+    assert data["provisional"] is provisional and data["dips"] == []
+
+
+def test_a_dip_measured_twice_on_a_busy_machine_is_provisional(machine):
+    machine.curves = [XEON, XEON, XEON]
+    notes: list[str] = []
+    costs = load_or_measure(machine, None, 17, busy=lambda: 1.5, notify=notes.append)
+    assert costs.provisional and any("busy" in note for note in notes)
+    assert json.loads(costs.profile_path.read_text())["provisional"] is True
+    machine.timed.clear()  # quiet at the next start: measured again, and kept
+    costs = load_or_measure(machine, None, 17, quiet=True, busy=quiet_machine)
+    assert set(machine.timed.values()) == {2 * measure._ROUNDS}
+    assert not costs.provisional and costs.dips == ((15, 16),)
+
+
 WRITER = """
 import sys
+from collections import Counter
 from pathlib import Path
 from edgespec.host import write_atomically
 path, tag = Path(sys.argv[1]), sys.argv[2]

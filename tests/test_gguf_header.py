@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,14 @@ def test_a_file_changed_after_it_was_read_is_read_again(smol_path: Path, tmp_pat
         read_info(copy)
     shutil.copyfile(smol_path, copy)
     read_info(copy)
+    # The kernel stamps a file's times from a clock that ticks every few milliseconds: a
+    # rewrite in the same tick as the copy would leave the file's identity unchanged.
+    stamped = copy.stat().st_mtime_ns
+    while time.time_ns() <= stamped + 20_000_000:
+        time.sleep(0.005)
     with copy.open("r+b") as fh:  # same size, new content
         fh.write(b"XXXX")
+    assert copy.stat().st_mtime_ns != stamped
     with pytest.raises(EdgespecError, match="wrong magic bytes"):
         read_info(copy)
 

@@ -79,8 +79,8 @@ def cli_rate(prompt: str, drafter: str, max_tokens: int, ctx: int) -> float:
 
 
 def app_rate(page, prompt: str, drafter: str) -> float:
-    """One answer streamed in the app, from Clear to its final stats."""
-    page.click("#clear")
+    """One answer streamed in the app, from a new chat to its final stats."""
+    page.click("#new-chat")
     page.wait_for_function("() => !document.querySelector('#stats')?.innerText.includes('decode phase')")
     page.click(f"#drafter label:has-text('{drafter}')")
     page.fill("#message textarea", prompt)
@@ -105,9 +105,19 @@ def open_app(browser, url: str, max_tokens: int):
     page.set_default_timeout(TIMEOUT_S * 1000)
     page.goto(url)
     page.wait_for_selector("#message textarea")
+    open_panels(page)
     page.fill("#max-tokens input[type=number]", str(max_tokens))
     page.keyboard.press("Tab")
     return page
+
+
+def open_panels(page) -> None:
+    """Unfold the settings and the stats (folded by default; the page draws a folded
+    panel's contents only once it is opened)."""
+    for panel in ("#settings-panel", "#stats-panel"):
+        if not page.locator(f"{panel} #stats, {panel} #drafter").count():
+            page.click(f"{panel} > button")
+    page.wait_for_selector("#drafter label")
 
 
 def free_port() -> int:

@@ -109,11 +109,19 @@ def _status(path) -> str:
         flags.append("stale (costs seen since disagree; re-measured at next use)")
     target = data.get("target") or {}
     try:
-        reason = implausible({int(k): float(v) for k, v in target.items()})
+        points = {int(k): float(v) for k, v in target.items()}
+        kept = tuple((int(a), int(b)) for a, b in data.get("dips") or [])
+        reason = implausible(points, kept)
     except (TypeError, ValueError):
-        reason = "unreadable points"
+        reason, kept = "unreadable points", ()
     if reason:
         flags.append(f"implausible: {reason}")
+    else:  # a dip two measurements in a row found: the machine's own
+        falls = [
+            f"{b} tokens at {points[b] / points[a]:.2f}× of {a}" for a, b in kept if {a, b} <= set(points)
+        ]
+        if falls:
+            flags.append(f"measured twice alike, so kept: {', '.join(falls)}")
     facts = data.get("facts") or {}
     if facts.get("cpu"):
         flags.append(facts["cpu"] + (f" ({facts['isa']})" if facts.get("isa") else ""))

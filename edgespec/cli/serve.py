@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import secrets
 import signal
 import socket
 import sys
@@ -53,6 +54,9 @@ def add_parser(subparsers) -> None:
         help=f"answers decoding at once, each in a slot with its own context (default {DEFAULT_PARALLEL})",
     )
     serve.add_argument("--ui", action="store_true", help="also serve the chat app at / on the same engine")
+    serve.add_argument("--data-dir", type=Path, default=None,
+                       help="with --ui: where the app's chats are kept (default: this platform's user "
+                            "data folder, or EDGESPEC_DATA_DIR)")  # fmt: skip
     serve.add_argument(
         "--chat-template",
         default=None,
@@ -234,10 +238,21 @@ def mount_chat_app(
     state.attach(lm)
     # After the API routes, so that "/" catches only what they do not.
     add_api_fallback(app)
-    demo = build_app(lm)
+    from edgespec.ui.chat_store import ChatStore, default_data_dir
+
+    store = ChatStore.open(args.data_dir or default_data_dir())
+    if store.notice:
+        print(f"edgespec: {store.notice}", file=sys.stderr, flush=True)
+    demo = build_app(lm, store=store)
     app.include_router(demo.live_feeds.router())  # the page's live feed, before "/" takes the rest
     app.add_middleware(HeadScript)
-    gradio.mount_gradio_app(app, calm_queue(demo.queue()), path="/")
+    # One local user: with --api-key the page asks for the key (as its password) first.
+    key = args.api_key
+    auth = (lambda _user, password: secrets.compare_digest(password, key)) if key else None
+    gradio.mount_gradio_app(
+        app, calm_queue(demo.queue()), path="/", auth=auth,
+        auth_message="This server needs its API key: type it as the password (any user name).",
+    )  # fmt: skip
     print(f"edgespec serve: chat app at {url}/", file=sys.stderr, flush=True)
     return lm
 

@@ -47,6 +47,12 @@ class Slots:
         self._exclusive = False
         self.lock = ExclusiveLock(self)
 
+    def cached(self, prompt: list[int]) -> int:
+        """How many of ``prompt``'s first tokens some sequence or the prompt cache holds:
+        what an answer to it would not read again."""
+        held = max((common_prefix(self._held(seq), prompt) for seq in range(self.count)), default=0)
+        return max(held, self._stored(prompt))
+
     @property
     def busy(self) -> int:
         return self.count - len(self._free)

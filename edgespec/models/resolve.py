@@ -21,7 +21,8 @@ from edgespec.errors import EdgespecError
 from edgespec.models import catalog, fetch, hub, hubref, store
 from edgespec.models.catalog import CatalogModel
 from edgespec.models.gguf import read_info
-from edgespec.models.hubref import HubRef
+from edgespec.models.hubref import HubRef, hub_reference, looks_like_path
+from edgespec.models.store import cached_hub_model
 
 
 @dataclass(frozen=True)
@@ -29,19 +30,6 @@ class ResolvedModel:
     path: Path  # the file llama.cpp opens (a split model's first part)
     name: str
     entry: CatalogModel | None = None
-
-
-def looks_like_path(arg: str) -> bool:
-    return "/" in arg or "\\" in arg or arg.endswith(".gguf") or arg.startswith(".")
-
-
-def hub_reference(arg: str) -> HubRef | None:
-    """The hub reference ``arg`` is, if it is one and no local path claims it: a bare
-    ``dir/sub/file.gguf`` stays a path when ``dir`` is a local directory."""
-    ref = hubref.parse(arg)
-    if ref is None or arg.startswith(hubref.PREFIX) or ref.quant:
-        return ref
-    return None if Path(arg.split("/", 1)[0]).expanduser().is_dir() else ref
 
 
 def resolve(arg: str, *, download: bool = True, quiet: bool = False, force: bool = False) -> ResolvedModel:
@@ -70,24 +58,6 @@ def _resolved(ref: HubRef, files: tuple[str, ...]) -> ResolvedModel:
     read_info(first)
     entry = catalog.find_hub_file(ref.repo, files[0])
     return ResolvedModel(path=first, name=hubref.model_stem(files[0]), entry=entry)
-
-
-def cached_hub_model(ref: HubRef) -> tuple[str, ...] | None:
-    """The repository files of ``ref`` already verified in the cache, without asking the
-    hub; None when any part is missing."""
-    if ref.file:
-        files = tuple(hubref.split_parts(ref.file))
-    else:
-        base = store.hub_file(ref.repo, "")
-        if not base.is_dir():
-            return None
-        local = [p.relative_to(base).as_posix() for p in base.rglob("*.gguf") if store.stamped(p)]
-        candidate, _ = hubref.select(ref, local)
-        if candidate is None:
-            return None
-        files = tuple(hubref.split_parts(candidate.first))
-    ok = all((stamp := store.stamped(store.hub_file(ref.repo, f))) and stamp.source == "hub" for f in files)
-    return files if ok else None
 
 
 def resolve_hub(

@@ -3,8 +3,9 @@
 On a CPU, decoding one token reads every weight of the model once, and memory bandwidth,
 not arithmetic, sets the pace: a target's time per token is about its file's bytes times
 the seconds this machine takes per byte. That figure comes from what was measured here —
-a cost profile of any model (its time per pass over its file's size), else a short probe
-that reads a buffer with every core. Speculation speeds decoding up from there; a
+a cost profile of a model large enough for its bytes to set its pace (its time per pass
+over its file's size; a tiny model's pass is mostly fixed cost), else a short probe that
+reads a buffer with every core. Speculation speeds decoding up from there; a
 recommendation does not count on it.
 
 The rate floors (what counts as usable for chat, for quality, for speed) and the probe's
@@ -40,9 +41,15 @@ class Speed:
     def rate(self, model: CatalogModel) -> float | None:
         """Tokens per second ``model`` decodes alone, before speculation; None when its size
         is unknown."""
-        if not model.size or not self.seconds_per_byte > 0:
+        return self.rate_for_bytes(model.size)
+
+    def rate_for_bytes(self, model_bytes: int) -> float | None:
+        """Tokens per second a model file of ``model_bytes`` decodes alone; None when the
+        size is unknown. A tiny model is not credited with less time than a pass's fixed
+        cost (``min_pass_bytes``): its bytes alone would predict it several times too fast."""
+        if not model_bytes > 0 or not self.seconds_per_byte > 0:
             return None
-        return 1.0 / (model.size * self.seconds_per_byte)
+        return 1.0 / (max(model_bytes, min_pass_bytes()) * self.seconds_per_byte)
 
 
 @dataclass(frozen=True)
@@ -91,9 +98,23 @@ def calibration() -> Calibration:
     return Calibration(**_data()["calibration"])
 
 
+def min_pass_bytes() -> int:
+    """The weight bytes whose reading costs what a pass's fixed cost does (see
+    ``[small_models]`` in ``data/speed.toml``): no model decodes faster than one this size."""
+    return int(_data()["small_models"]["min_pass_bytes"])
+
+
+def min_profile_bytes() -> int:
+    """The smallest model whose measured time per token predicts other models' (see
+    ``[profiles]`` in ``data/speed.toml``)."""
+    return int(_data()["profiles"]["min_bytes"])
+
+
 def from_pass(seconds: float, model_bytes: int, source: str) -> Speed | None:
-    """The speed one measured single-token pass over a model file of ``model_bytes`` implies."""
-    if not (math.isfinite(seconds) and seconds > 0 and model_bytes > 0):
+    """The speed one measured single-token pass over a model file of ``model_bytes`` implies;
+    None where the model is too small for its pass to be bound by its bytes (its time is
+    mostly the fixed cost of a pass, and would predict larger models several times too slow)."""
+    if not (math.isfinite(seconds) and seconds > 0 and model_bytes >= max(1, min_profile_bytes())):
         return None
     return Speed(seconds / model_bytes, source)
 

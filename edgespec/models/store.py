@@ -31,7 +31,7 @@ from pathlib import Path
 from edgespec.errors import EdgespecError
 from edgespec.host import home
 from edgespec.models.catalog import CatalogModel
-from edgespec.models.hubref import part_name, split_info, split_parts
+from edgespec.models.hubref import HubRef, part_name, select, split_info, split_parts
 
 _HASH_BLOCK = 4 << 20
 
@@ -257,3 +257,21 @@ def require_space(where: Path, needed: int) -> None:
         raise EdgespecError(
             f"not enough disk space in {where}: need {needed / 1e9:.2f} GB, {free / 1e9:.2f} GB free"
         )
+
+
+def cached_hub_model(ref: HubRef) -> tuple[str, ...] | None:
+    """The repository files of ``ref`` already verified in the cache, without asking the
+    hub; None when any part is missing."""
+    if ref.file:
+        files = tuple(split_parts(ref.file))
+    else:
+        base = hub_file(ref.repo, "")
+        if not base.is_dir():
+            return None
+        local = [p.relative_to(base).as_posix() for p in base.rglob("*.gguf") if stamped(p)]
+        candidate, _ = select(ref, local)
+        if candidate is None:
+            return None
+        files = tuple(split_parts(candidate.first))
+    ok = all((stamp := stamped(hub_file(ref.repo, f))) and stamp.source == "hub" for f in files)
+    return files if ok else None

@@ -3,9 +3,9 @@ show (provenance runs, per-step records, running τ and acceptance) while it str
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
-from edgespec.decoding.events import PLAIN, Done, Event, Step, Token
+from edgespec.decoding.events import PLAIN, Done, Event, Stats, Step, Token
 
 
 @dataclass
@@ -82,3 +82,38 @@ class AnswerRun:
             if self.steps[index].gamma > 0:
                 return index + 1, self.steps[index]
         return 0, None
+
+
+def answer_record(run: AnswerRun) -> tuple[dict, list[list[str]], list[dict]]:
+    """What the chat store keeps of a finished answer so that it can be shown again as it
+    was: its stats (with the stop reason and the tokens by provenance), its provenance runs
+    and its steps, all plain JSON values."""
+    done = run.done
+    stats = asdict(done.stats) if done is not None else {}
+    stats["stop_reason"] = done.stop_reason if done is not None else ""
+    stats["sources"] = dict(run.sources)
+    return stats, [list(piece) for piece in run.runs], [asdict(step) for step in run.steps]
+
+
+def answer_from_record(
+    text: str, stats: dict | None, provenance: list[list[str]] | None, steps: list[dict] | None
+) -> AnswerRun:
+    """A stored answer folded again, as ``answer_record`` kept it (an answer stored without
+    figures, such as an imported plain chat, comes back as plain text)."""
+    stats = dict(stats or {})
+    stop_reason = str(stats.pop("stop_reason", "") or "")
+    sources = {str(k): int(v) for k, v in (stats.pop("sources", None) or {}).items()}
+    known = {f.name for f in fields(Stats)}
+    figures = Stats(**{k: v for k, v in stats.items() if k in known})
+    folded = [Step(**step) for step in steps or []]
+    run = AnswerRun(
+        runs=[[str(piece), str(source)] for piece, source in (provenance or [[text, PLAIN]]) if piece],
+        steps=folded,
+        tokens=figures.tokens or sum(sources.values()),
+        # As ``add`` counts them: every step's drafts, the one that ended the answer too.
+        drafted=sum(step.gamma for step in folded) if folded else figures.drafted,
+        accepted=sum(step.accepted for step in folded) if folded else figures.accepted,
+        sources=sources,
+    )
+    run.done = Done(text=text, tail="", stop_reason=stop_reason, stats=figures)
+    return run

@@ -1,42 +1,48 @@
-"""What the chat app's buttons do. Every handler returns or yields a ``View``: one value
-per output panel, ``gr.skip()`` for panels it leaves alone.
+"""What the chat app does with an answer. Every handler returns or yields a ``View``: one
+value per output panel, ``gr.skip()`` for panels it leaves alone.
 
-An answer asked in the page runs as three events: ``begin`` (outside the queue: shows the
-question and opens the answer's live feed), ``run`` (queued for the engine; no outputs,
-so the page keeps no progress display running while it decodes) and ``finish`` (the
-whole answer's panels). Meanwhile the page reads the live feed (``ui/live.py``). The
-``/chat`` API is one event that streams its updates through Gradio, for API clients."""
+An answer asked in the page runs as three events: ``begin`` (queued but never waiting:
+stores the question, shows it and opens the answer's live feed), ``run`` (queued for the
+engine; no outputs, so the page keeps no progress display running while it decodes) and
+``finish`` (stores the answer, shows its panels). What it answers is the message typed, or
+what Regenerate or an edited message asked for (``Intent``, noted just before). Meanwhile
+the page reads the live feed (``ui/live.py``). The ``/chat`` API is one event that streams
+its updates through Gradio, for API clients."""
 
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from edgespec.api import EdgeSpec, settings_from
+from edgespec.api import settings_from
 from edgespec.decoding.events import Done
 from edgespec.decoding.generation import Generation
 from edgespec.errors import EdgespecError
-from edgespec.ui.answer import AnswerRun
+from edgespec.ui.answer import AnswerRun, answer_record
+from edgespec.ui.chat_store import ChatStore, StoredChat, StoredMessage
 from edgespec.ui.figures import steps_chart_html
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.live import WAITING_HTML, Feed, LiveFeeds, answer_slot, feed_tag, live_slot
+from edgespec.ui.pair import PairHolder
 from edgespec.ui.session import EngineGate, Session
 from edgespec.ui.text import (
     error_markdown,
     final_stats_markdown,
     live_stats_markdown,
-    provenance_html,
+    provenance_legend,
     speedup_markdown,
     step_rows,
 )
 from edgespec.ui.views import (
     EMPTY_MESSAGE,
+    SETTING_NAMES,
     ChatInputs,
     Throttle,
     View,
@@ -47,11 +53,24 @@ from edgespec.ui.views import (
     takes_chat_inputs,
 )
 
+if TYPE_CHECKING:
+    from edgespec.api import EdgeSpec
+
 # The /chat API's streamed updates: text, stats and the gauge together, at most about 7
 # times a second (the page itself reads the live feed instead).
 UPDATE_INTERVAL_S = 0.15
 BASELINE_RUNS = 2  # the baseline is timed twice: the spread of the two says how far to trust it
 BUSY_IN_TAB = "an answer is still being generated in this chat: wait for it, or Stop it first"
+NOTHING_TO_REGENERATE = "nothing to regenerate: send a message first"
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What the next answer answers: the first ``keep`` stored messages of the open chat,
+    then ``question`` (None: the last kept message, a question, is answered again)."""
+
+    keep: int
+    question: str | None
 
 
 @dataclass
@@ -59,10 +78,13 @@ class Pending:
     """An answer begun in a tab and not yet shown whole."""
 
     answer: Generation
+    lm: EdgeSpec
     run: AnswerRun
-    prompt: list[dict[str, str]]
+    prompt: list[dict[str, str]]  # what it answers, the system prompt first where there is one
     options: dict[str, Any]
     epoch: int
+    chat_id: str
+    asked: str | None  # the question this answer added to the chat (None: regenerated)
     feed: Feed | None = None
     problem: str | None = None  # why it failed, once it has
     started: bool = False  # ``run`` took it: an answer runs once
@@ -73,30 +95,57 @@ def empty_gauge() -> str:
 
 
 class ChatHandlers:
-    """The app's behaviour around one shared EdgeSpec (None when the pair failed to load)."""
+    """The app's answers, around the pair the app has now (``pair``) and its chats' store."""
 
-    def __init__(self, lm: EdgeSpec | None, load_error: str | None = None, feeds: LiveFeeds | None = None):
-        self.lm = lm
-        self.load_error = load_error or ("no model is loaded" if lm is None else None)
-        self.gate = EngineGate() if lm is not None else None
+    def __init__(self, pair: PairHolder, store: ChatStore, feeds: LiveFeeds | None = None):
+        self.pair = pair
+        self.store = store
+        self.gate = EngineGate()
         self.feeds = feeds if feeds is not None else LiveFeeds()
+
+    @property
+    def lm(self) -> EdgeSpec | None:
+        return self.pair.lm
+
+    @property
+    def load_error(self) -> str | None:
+        return self.pair.load_error
 
     # -- an answer asked in the page: begin, run, finish ---------------------------------
 
+    def note_retry(self, session: Session) -> None:
+        """Regenerate: the next answer answers the open chat's last question again."""
+        messages = session.chat.messages if session.chat is not None else []
+        keep = len(messages) - 1 if messages and messages[-1].role == "assistant" else len(messages)
+        session.intent = Intent(keep, None)
+
+    def note_edit(self, session: Session, edit: gr.EditData) -> None:
+        """An earlier message edited in the chat: the next answer answers it."""
+        index = edit.index if isinstance(edit.index, int) else edit.index[0]
+        value = edit.value if isinstance(edit.value, str) else _text_of(edit.value)
+        self.intend_edit(int(index), value, session)
+
+    def intend_edit(self, index: float, text: str, session: Session) -> None:
+        """The next answer answers message ``index`` as ``text``; what followed it goes."""
+        session.intent = Intent(int(index), str(text))
+
     @takes_chat_inputs
     def begin(self, inputs: ChatInputs) -> tuple:
-        """Show the question, start the answer (it waits for the engine in ``run``) and
-        open its live feed."""
-        message, session, request = inputs.message, inputs.session, inputs.request
+        """Store and show the question, start the answer (it waits for the engine in
+        ``run``) and open its live feed."""
+        session, request = inputs.session, inputs.request
         session.colour = bool(inputs.colour)
+        intent, session.intent = session.intent, None
         if session.pending is not None:
             return self._failure(BUSY_IN_TAB).values()
+        asked = intent is None or intent.question is not None
         try:
-            pending = self._begin(message, inputs.settings, session)
+            pending = self._begin(intent, inputs, session)
         except EdgespecError as exc:
-            return self._failure(str(exc), message, session.history).values()
-        assert self.gate is not None and self.lm is not None
-        waiting = self.gate.others(owner_of(request)) >= self.lm.engine.slots.count
+            chat = session.chat.messages if session.chat is not None else []
+            message = inputs.message if intent is None else gr.skip()
+            return self._failure(str(exc), message if asked else gr.skip(), chat, session.colour).values()
+        waiting = self.gate.others(owner_of(request)) >= pending.lm.engine.slots.count
         pending.feed = Feed(pending.run, session.colour, waiting=waiting)
         session.pending = pending
         view = self._opening(pending, session, streaming=True)
@@ -123,26 +172,27 @@ class ChatHandlers:
             pending.feed.finished = True
 
     def finish(self, session: Session) -> tuple:
-        """The whole answer's panels, once ``run`` is over."""
+        """Store the whole answer and show its panels, once ``run`` is over."""
         pending = session.pending
         if pending is None or pending.feed is None or not pending.feed.finished:
             return View().values()  # it failed to begin (already shown), or is not over yet
         session.pending = None
-        if pending.epoch != session.epoch:
-            return View().values()  # cleared meanwhile
-        return self._outcome(pending, session).values()
+        view = self._outcome(pending, session)
+        return view.values() if pending.epoch == session.epoch else View().values()
 
     # -- the /chat API: one event, streamed through Gradio ------------------------------
 
     @takes_chat_inputs
     def chat(self, inputs: ChatInputs) -> Iterator[tuple]:
-        """Stream one answer to ``message``, continuing the session's conversation."""
-        message, session, request = inputs.message, inputs.session, inputs.request
+        """Stream one answer to ``message``, continuing the open chat."""
+        session, request = inputs.session, inputs.request
         session.colour = bool(inputs.colour)
+        intent, session.intent = session.intent, None
         try:
-            pending = self._begin(message, inputs.settings, session)
+            pending = self._begin(intent, inputs, session)
         except EdgespecError as exc:
-            yield self._failure(str(exc), message, session.history).values()
+            chat = session.chat.messages if session.chat is not None else []
+            yield self._failure(str(exc), inputs.message, chat, session.colour).values()
             return
         yield self._opening(pending, session, streaming=False).values()
         throttle, gauge_stale = Throttle(UPDATE_INTERVAL_S), False
@@ -151,26 +201,50 @@ class ChatHandlers:
                 # A finished drafting step moves the gauge, in the next update.
                 gauge_stale = gauge_stale or (step_complete and pending.run.steps[-1].gamma > 0)
                 if throttle.due():
-                    yield self._live_view(pending, session.colour, gauge_stale).values()
+                    yield self._live_view(pending, session, gauge_stale).values()
                     gauge_stale = False
         except EdgespecError as exc:
             pending.problem = str(exc)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             pending.problem = f"unexpected error: {type(exc).__name__}: {exc}"
+        view = self._outcome(pending, session)
         if pending.epoch == session.epoch:
-            yield self._outcome(pending, session).values()
+            yield view.values()
 
     # -- shared by both ------------------------------------------------------------------
 
-    def _begin(self, message: str, settings: list[Any], session: Session) -> Pending:
-        """Check the message and settings and start the answer (it runs in ``_drive``)."""
-        if self.lm is None:
-            raise EdgespecError(f"the model could not be loaded: {self.load_error}")
-        if not message or not message.strip():
+    def _begin(self, intent: Intent | None, inputs: ChatInputs, session: Session) -> Pending:
+        """Check what is asked, store the question and start the answer (it runs in
+        ``_drive``); nothing is stored when the request is refused."""
+        lm = self.pair.current()
+        kept = session.chat.messages if session.chat is not None else []
+        intent = intent or Intent(len(kept), inputs.message)
+        question = intent.question
+        if question is not None and not question.strip():
             raise EdgespecError(EMPTY_MESSAGE)
-        drafter, gamma, verify, temperature, top_k, top_p, min_p, seed, max_tokens, lenience = settings
-        options = {
+        kept = kept[: intent.keep]
+        if question is None and (not kept or kept[-1].role != "user"):
+            raise EdgespecError(NOTHING_TO_REGENERATE)
+        options = self._options(inputs.settings)
+        system = inputs.system.strip()
+        prompt = [*([{"role": "system", "content": system}] if system else [])]
+        prompt += [{"role": m.role, "content": m.content} for m in kept]
+        prompt += [{"role": "user", "content": question}] if question is not None else []
+        drafter, gamma = inputs.settings[0], parse_gamma(inputs.settings[1])
+        request = lm.request(prompt, settings_from(**options), drafter=drafter, gamma=gamma, chat=True)
+        chat = self._keep_question(
+            session, intent, system, dict(zip(SETTING_NAMES, inputs.settings, strict=True))
+        )
+        answer = lm.start(request)
+        run = AnswerRun()
+        session.current_run, session.live = run, answer.live  # the lenience slider reaches it
+        return Pending(answer, lm, run, prompt, options, session.epoch, chat.id, question)
+
+    @staticmethod
+    def _options(settings: list[Any]) -> dict[str, Any]:
+        _drafter, _gamma, verify, temperature, top_k, top_p, min_p, seed, max_tokens, lenience = settings
+        return {
             "temperature": float(temperature),
             "top_k": int(top_k),
             "top_p": float(top_p),
@@ -180,20 +254,33 @@ class ChatHandlers:
             "lenience": float(lenience),
             "verify": verify,
         }
-        generation = settings_from(**options)
-        prompt = [*session.history, {"role": "user", "content": message}]
-        request = self.lm.request(prompt, generation, drafter=drafter, gamma=parse_gamma(gamma), chat=True)
-        answer = self.lm.start(request)
-        run = AnswerRun()
-        session.current_run, session.live = run, answer.live  # the lenience slider reaches it
-        return Pending(answer, run, prompt, options, session.epoch)
+
+    def _keep_question(self, session: Session, intent: Intent, system: str, settings: dict) -> StoredChat:
+        """The open chat as it is once the question is asked: made if new, cut after the
+        kept messages, the question appended; each change committed."""
+        chat = session.chat
+        if chat is None:
+            chat = session.chat = self.store.create(system=system, settings=settings)
+        else:
+            if chat.system != system:
+                self.store.set_system(chat.id, system)
+                chat.system = system
+            self.store.set_settings(chat.id, settings)
+            chat.settings = settings
+        if intent.keep < len(chat.messages):
+            self.store.truncate(chat.id, intent.keep)
+            del chat.messages[intent.keep :]
+        if intent.question is not None:
+            message = StoredMessage("user", intent.question, created=time.time())
+            self.store.append(chat.id, message)
+            chat.messages.append(message)
+        return chat
 
     def _drive(self, pending: Pending, session: Session, owner: str, every_s: float) -> Iterator[bool]:
         """Run the answer, folding its events into ``pending.run`` (taken from the engine
         at most every ``every_s``); yields after each event whether it completed a step."""
-        assert self.lm is not None and self.gate is not None
         try:
-            stream = self.lm.events(pending.answer, every_s)
+            stream = pending.lm.events(pending.answer, every_s)
             with self.gate.hold(owner, pending.answer), closing(stream) as events:
                 for event in events:
                     step_complete = pending.run.add(event)
@@ -207,11 +294,12 @@ class ChatHandlers:
         """The panels as an answer starts: the question in the chat, no figures yet. In
         the page, each live panel is a slot the feed writes into."""
         slot = live_slot if streaming else (lambda _name, markup: markup)
+        messages = session.chat.messages if session.chat is not None else []
         return View(
             message="",
-            chatbot=chat_messages(pending.prompt, answer_slot() if streaming else None),
-            provenance=provenance_html(pending.run if streaming else None, session.colour, live=streaming),
+            chatbot=chat_messages(messages, session.colour, answer_slot() if streaming else None),
             gauge=slot("gauge", empty_gauge()),
+            legend=slot("legend", provenance_legend(None, session.colour)),
             stats="Generating…",
             steps_plot=steps_chart_html([]),
             steps_table=[],
@@ -219,49 +307,77 @@ class ChatHandlers:
             error="",
         )
 
-    def _live_view(self, pending: Pending, colour: bool, gauge_stale: bool) -> View:
+    def _live_view(self, pending: Pending, session: Session, gauge_stale: bool) -> View:
         run = pending.run
+        messages = session.chat.messages if session.chat is not None else []
+        answer = StoredMessage("assistant", run.text, provenance=[list(p) for p in run.runs])
         return View(
-            chatbot=chat_messages([*pending.prompt, {"role": "assistant", "content": run.text}]),
-            provenance=provenance_html(run, colour),
+            chatbot=chat_messages([*messages, answer], session.colour),
             gauge=gauge_html(run) if gauge_stale else gr.skip(),
+            legend=provenance_legend(run, session.colour),
             stats=live_stats_markdown(run),
         )
 
     def _outcome(self, pending: Pending, session: Session) -> View:
-        """The finished answer's panels, or its failure."""
-        message = pending.prompt[-1]["content"]  # given back to edit when nothing came of it
+        """Store the finished answer in its chat; its panels, or its failure."""
         run, done = pending.run, pending.run.done
-        if pending.problem is not None:
-            return self._failure(pending.problem, message, session.history)
-        if done is None:
-            return self._failure("the answer ended without a result", message, session.history)
-        if not done.text and done.stop_reason == "cancelled":
-            # Nothing was said: leave the conversation as it was.
-            return self._failure("stopped before the first token", message, session.history)
-        session.history = [*pending.prompt, {"role": "assistant", "content": done.text}]
+        problem = pending.problem or (None if done is not None else "the answer ended without a result")
+        if problem is None and not done.text and done.stop_reason == "cancelled":
+            problem = "stopped before the first token"
+            self._take_back(pending, session)
+        if problem is not None:
+            chat = session.chat.messages if session.chat is not None else []
+            asked = pending.asked if pending.asked is not None and problem.startswith("stopped") else None
+            return self._failure(problem, asked if asked is not None else gr.skip(), chat, session.colour)
+        self._keep_answer(pending, session, run)
         session.last_run, session.last_prompt, session.last_settings = run, pending.prompt, pending.options
+        record_rate(pending.lm, done)
+        return self.answer_view(session, run)
+
+    def answer_view(self, session: Session, run: AnswerRun | None) -> View:
+        """The open chat with ``run`` (its latest answer, or None) in the figure panels."""
+        messages = session.chat.messages if session.chat is not None else []
+        done = run.done if run is not None else None
         return View(
-            chatbot=chat_messages(session.history),
-            provenance=provenance_html(run, session.colour),
-            gauge=gauge_html(run),
-            stats=final_stats_markdown(done.stats, done.stop_reason),
-            steps_plot=steps_chart_html(run.steps),
-            steps_table=step_rows(run.steps),
+            chatbot=chat_messages(messages, session.colour),
+            gauge=gauge_html(run) if run is not None else empty_gauge(),
+            legend=provenance_legend(run, session.colour),
+            stats=final_stats_markdown(done.stats, done.stop_reason) if done is not None else "",
+            steps_plot=steps_chart_html(run.steps if run is not None else []),
+            steps_table=step_rows(run.steps) if run is not None else [],
             # A new answer: a baseline measured for an earlier one says nothing about it.
-            speedup=speedup_markdown(done.stats.tokens_per_second, session.baseline()),
+            speedup=speedup_markdown(done.stats.tokens_per_second if done else None, session.baseline()),
             error="",
         )
 
+    def _keep_answer(self, pending: Pending, session: Session, run: AnswerRun) -> None:
+        assert run.done is not None
+        stats, provenance, steps = answer_record(run)
+        message = StoredMessage(
+            "assistant", run.done.text, stats, provenance, steps, dict(pending.options), time.time()
+        )
+        self.store.append(pending.chat_id, message)
+        if session.chat is not None and session.chat.id == pending.chat_id:
+            session.chat.messages.append(message)
+
+    def _take_back(self, pending: Pending, session: Session) -> None:
+        """A question stopped before its answer's first token leaves the chat as it was."""
+        if pending.asked is None or session.chat is None or session.chat.id != pending.chat_id:
+            return
+        keep = len(session.chat.messages) - 1
+        if keep >= 0 and session.chat.messages[-1].role == "user":
+            self.store.truncate(pending.chat_id, keep)
+            del session.chat.messages[keep:]
+
     def _failure(
-        self, problem: str, message: Any = None, history: list[dict[str, str]] | None = None
+        self, problem: str, message: Any = None, chat: list[StoredMessage] | None = None, colour: bool = True
     ) -> View:
         """Show the problem in the error panel and as a toast; give the message back."""
         gr.Warning(problem)
         return View(
             message=gr.skip() if message is None else message,
-            chatbot=gr.skip() if history is None else chat_messages(history),
-            stats="" if history is not None else gr.skip(),
+            chatbot=gr.skip() if chat is None else chat_messages(chat, colour),
+            stats="" if chat is not None else gr.skip(),
             error=error_markdown(problem),
         )
 
@@ -301,7 +417,7 @@ class ChatHandlers:
     def baseline_show(self, session: Session) -> tuple:
         job, session.baseline_job = session.baseline_job, None
         if job is None or job.epoch != session.epoch or session.last_run is not job.measured_for:
-            return View().values()  # another answer (or Clear) came meanwhile: it describes none shown
+            return View().values()  # another answer (or chat) came meanwhile: it describes none shown
         answer_rate = self._answer_rate(session)
         if job.problem is not None:
             view = self._failure(job.problem)
@@ -311,7 +427,7 @@ class ChatHandlers:
         return View(speedup=speedup_markdown(answer_rate, session.baseline()), error="").values()
 
     def _baseline_problem(self, session: Session) -> str | None:
-        if self.lm is None or self.gate is None:
+        if self.lm is None:
             return f"the model could not be loaded: {self.load_error}"
         if session.last_prompt is None or session.last_settings is None or session.last_run is None:
             return "send a message first: the baseline re-runs the last prompt"
@@ -321,13 +437,11 @@ class ChatHandlers:
         return None
 
     def _run_baseline(self, session: Session, owner: str) -> Done | None:
-        assert self.lm is not None and self.gate is not None
+        lm = self.pair.current()
         assert session.last_prompt is not None and session.last_settings is not None
         assert session.last_run is not None and session.last_run.done is not None
         settings = settings_from(**session.last_settings)
-        answer = self.lm.start(
-            self.lm.request(session.last_prompt, settings, drafter="none", gamma=0, chat=True)
-        )
+        answer = lm.start(lm.request(session.last_prompt, settings, drafter="none", gamma=0, chat=True))
         # Start from the cache the answer started from: right now it also holds the
         # answer's prompt, and reusing all of it would spare the baseline the prefill the
         # answer paid, flattering the baseline.
@@ -335,7 +449,7 @@ class ChatHandlers:
         with self.gate.hold(owner, answer):
             done = None
             # Read as the answer was, so that both rates are measured the same way.
-            with closing(self.lm.events(answer, self.feeds.pace.fold_s)) as events:
+            with closing(lm.events(answer, self.feeds.pace.fold_s)) as events:
                 for event in events:
                     if isinstance(event, Done):
                         done = event
@@ -349,53 +463,13 @@ class ChatHandlers:
     # -- quick handlers (never queued behind a generation) -------------------------------
 
     def stop(self, session: Session, request: gr.Request) -> None:
-        self._stop_tab(session, request)
+        self.stop_tab(session, request)
 
-    def _stop_tab(self, session: Session, request: gr.Request) -> None:
+    def stop_tab(self, session: Session, request: gr.Request | None) -> None:
         """End this tab's answer, running or still waiting for the engine."""
-        if self.gate is not None:
-            self.gate.stop(owner_of(request))
+        self.gate.stop(owner_of(request))
         if session.pending is not None:
             session.pending.answer.stop()
-
-    def clear(self, session: Session, request: gr.Request) -> tuple:
-        self._stop_tab(session, request)
-        session.reset()
-        return self._opened(session).values()
-
-    def new_chat(self, session: Session, request: gr.Request) -> tuple:
-        """Open an empty chat; the others keep their histories (and, in the pair's slots
-        or prompt cache, their KV states)."""
-        return self._switch(session, None, request)
-
-    def open_chat(self, index: int | None, session: Session, request: gr.Request) -> tuple:
-        """Open one of the tab's chats, as picked in the list."""
-        if index is None or index == session.current:
-            return (*(gr.skip() for _ in View.names()), gr.skip())
-        return self._switch(session, int(index), request)
-
-    def chat_list(self, session: Session) -> Any:
-        return gr.update(choices=session.titles(), value=session.current)
-
-    def _switch(self, session: Session, index: int | None, request: gr.Request) -> tuple:
-        # An answer still streaming in the chat that is left would write into it unseen.
-        self._stop_tab(session, request)
-        session.open_chat(index)
-        return (*self._opened(session).values(), self.chat_list(session))
-
-    def _opened(self, session: Session) -> View:
-        """The panels of the open chat, with no answer's figures yet."""
-        return View(
-            message="",
-            chatbot=chat_messages(session.history),
-            provenance=provenance_html(None, session.colour),
-            gauge=empty_gauge(),
-            stats="",
-            steps_plot=steps_chart_html([]),
-            steps_table=[],
-            speedup=speedup_markdown(None, None),
-            error="",
-        )
 
     def set_lenience(self, lenience: float, session: Session) -> None:
         """A running answer reads its live lenience at every step: λ applies from the next."""
@@ -403,19 +477,38 @@ class ChatHandlers:
         if live is not None and lenience and 0 < lenience <= 1:
             live.set_lenience(lenience)
 
-    def recolour(self, colour: bool, session: Session) -> str:
+    def recolour(self, colour: bool, session: Session) -> tuple[Any, Any]:
+        """The chat's answers coloured by provenance, or plain; and the legend."""
         session.colour = bool(colour)
+        messages = session.chat.messages if session.chat is not None else []
         feed = session.pending.feed if session.pending is not None else None
         if feed is not None and not feed.finished:
             feed.colour = session.colour
-            feed.shown += 1  # the feed sends the text whole again, in the new colouring
-            return provenance_html(feed.run, session.colour, live=True)
-        return provenance_html(session.current_run or session.last_run, session.colour)
+            feed.shown += 1  # the feed sends the answer whole again, in the new colouring
+            return chat_messages(messages, session.colour, answer_slot()), gr.skip()
+        return chat_messages(messages, session.colour), provenance_legend(session.last_run, session.colour)
 
     def unload(self, request: gr.Request) -> None:
         """A closed tab must not keep the engine busy for everybody else."""
-        if self.gate is not None:
-            self.gate.stop(owner_of(request))
+        self.gate.stop(owner_of(request))
+
+
+def _text_of(value: Any) -> str:
+    """An edited message's text, whether the chat hands it over as text or as blocks."""
+    if isinstance(value, list):
+        return "".join(_text_of(part) for part in value)
+    if isinstance(value, dict):
+        return str(value.get("text", value.get("content", "")))
+    return str(value)
+
+
+def record_rate(lm: EdgeSpec, done: Done) -> None:
+    """What the target decoded at here, for the model picker to show next time."""
+    from edgespec.models.measured import record_rate as keep
+
+    path = getattr(lm.target, "path", None)
+    if path is not None and done.stop_reason != "cancelled":
+        keep(path, done.stats.decode_tokens_per_second, done.stats.tokens)
 
 
 @dataclass

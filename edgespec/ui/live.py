@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from edgespec.runtime.system import default_threads
 from edgespec.ui.answer import AnswerRun
 from edgespec.ui.gauge import gauge_html
-from edgespec.ui.text import live_stats_html, provenance_legend, provenance_pieces
+from edgespec.ui.text import live_stats_html, provenance_css, provenance_legend, provenance_pieces
 
 if TYPE_CHECKING:
     from edgespec.api import EdgeSpec
@@ -135,10 +135,40 @@ PAGE_SCRIPT = (
 </script>"""
     % TRACKER_FRAME_MS
 )
+# Escape stops the answer from anywhere in the page, as in other chat apps. In a narrow
+# window the chat list folds away (it starts open, over the chat), and folds again once a
+# chat is picked.
+KEYS_SCRIPT = b"""<script>
+document.addEventListener('keydown', (event) => {
+  if (event.key === 'Escape') document.querySelector('#stop')?.click();
+});
+(() => {
+  const narrow = () => window.innerWidth < 760;
+  const fold = () => {
+    const bar = document.querySelector('#sidebar.open');
+    if (bar && narrow()) bar.querySelector('.toggle-button')?.click();
+  };
+  const first = new MutationObserver(() => {
+    if (document.querySelector('#sidebar')) { first.disconnect(); setTimeout(fold, 0); }
+  });
+  first.observe(document.documentElement, {childList: true, subtree: true});
+  document.addEventListener('click', (event) => {
+    if (event.target.closest('#chats label, #new-chat')) setTimeout(fold, 300);
+  });
+})();
+</script>"""
+# The provenance colours (classes: the chat's sanitizer keeps them) and a narrow window's
+# layout: the gauge column goes under the chat instead of squeezing it.
+PAGE_STYLE = (
+    "<style>\n"
+    + provenance_css()
+    + "\n@media (max-width: 760px) { #gauge-column {min-width: 100% !important} }\n</style>"
+).encode()
+PAGE_HEAD = PAGE_SCRIPT + KEYS_SCRIPT + PAGE_STYLE
 
 
 class HeadScript:
-    """ASGI middleware: puts ``PAGE_SCRIPT`` first in the <head> of every HTML page the
+    """ASGI middleware: puts ``PAGE_HEAD`` (``PAGE_SCRIPT`` first) in the <head> of every HTML page the
     app serves (the app's own page is small and sent whole)."""
 
     def __init__(self, app):
@@ -164,7 +194,7 @@ class HeadScript:
             body.extend(message.get("body", b""))
             if message.get("more_body"):
                 return None
-            page = bytes(body).replace(b"<head>", b"<head>" + PAGE_SCRIPT, 1)
+            page = bytes(body).replace(b"<head>", b"<head>" + PAGE_HEAD, 1)
             headers = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
             headers.append((b"content-length", str(len(page)).encode()))
             await send({**start, "headers": headers})
@@ -227,7 +257,6 @@ class FeedReader:
             self._shown, start = feed.shown, (0, 0)
             new = pieces
             message["replace"]["answer"] = ""
-            message["replace"]["tokens"] = ""
         else:
             start = self._position
             new = _since(pieces, start)
@@ -235,10 +264,9 @@ class FeedReader:
             self._position = (len(pieces) - 1, len(pieces[-1][0]))
         elif self._position is None:
             self._position = (0, 0)
-        text = "".join(piece for piece, _ in new)
-        if text:
-            message["append"]["answer"] = html.escape(text)
-            message["append"]["tokens"] = provenance_pieces(new, feed.colour)
+        if any(text for text, _ in new):
+            # In its chat bubble: coloured by provenance, or plain, as the toggle says.
+            message["append"]["answer"] = provenance_pieces(new, feed.colour)
         if feed.finished or now - self._panels_at >= self.panels_s:
             self._panels_at = now
             message["replace"].update(

@@ -5,25 +5,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from edgespec.decoding.generation import Generation, LiveControl
-from edgespec.ui.answer import AnswerRun
+from edgespec.ui.answer import AnswerRun, answer_from_record
+from edgespec.ui.chat_store import StoredChat
 
 
 @dataclass
 class Session:
-    """What one browser tab remembers. Gradio hands every handler this same object, so
-    Clear, the lenience slider and the colouring toggle see (and may change) what a running
-    generation uses."""
+    """What one browser tab remembers. The chats themselves live in the app's store (one
+    local user: every tab sees the same list); a tab holds which one is open and what its
+    answers in flight and its latest answer show. Gradio hands every handler this same
+    object, so Stop, the lenience slider and the colouring toggle see (and may change)
+    what a running generation uses."""
 
-    # The tab's chats, each the conversation sent to the model, and which one is open. A
-    # chat taken up again finds its KV state in a slot or in the pair's prompt cache.
-    chats: list[list[dict[str, str]]] = field(default_factory=lambda: [[]])
-    current: int = 0
+    chat: StoredChat | None = None  # the open chat as stored (None: a new one, not stored yet)
     colour: bool = True
-    last_run: AnswerRun | None = None  # the latest finished answer (for recolouring, stats)
+    last_run: AnswerRun | None = None  # the latest finished answer (for the gauge and stats)
     current_run: AnswerRun | None = None  # the answer streaming right now
     last_prompt: list[dict[str, str]] | None = None  # what the latest answer answered
     last_settings: dict[str, Any] | None = None  # settings_from keywords of the latest answer
@@ -31,43 +31,45 @@ class Session:
     # measured at the user's request: a speed-up is shown for that answer only.
     baseline_rates: list[float] | None = None
     baseline_for: AnswerRun | None = None
+    intent: Any = None  # what the next answer answers, when not the message typed (handlers.Intent)
     pending: Any = None  # the answer begun in this tab and not yet shown whole (handlers.Pending)
     baseline_job: Any = None  # a baseline being measured (handlers.BaselineJob)
     live: LiveControl | None = None  # the running answer's live control (the lenience slider)
-    epoch: int = 0  # bumped by Clear: a generation from an older epoch must not write back
+    epoch: int = 0  # bumped when another chat opens: an older epoch's answer must not write back
+
+    @property
+    def chat_id(self) -> str | None:
+        return self.chat.id if self.chat is not None else None
+
+    @property
+    def system(self) -> str:
+        return self.chat.system if self.chat is not None else ""
 
     @property
     def history(self) -> list[dict[str, str]]:
-        """The open chat's conversation."""
-        return self.chats[self.current]
+        """The open chat's conversation as the model is sent it (the system prompt apart)."""
+        if self.chat is None:
+            return []
+        return [{"role": m.role, "content": m.content} for m in self.chat.messages]
 
-    @history.setter
-    def history(self, messages: list[dict[str, str]]) -> None:
-        self.chats[self.current] = messages
-
-    def titles(self) -> list[tuple[str, int]]:
-        """(title, index) of every chat, for the list beside the chat: its first message."""
-        return [(_title(chat, i), i) for i, chat in enumerate(self.chats)]
-
-    def open_chat(self, index: int | None) -> None:
-        """Open chat ``index``, or a new empty one (None; an empty open chat is reused).
-        What belonged to the chat that was open (its figures) is forgotten."""
-        if index is None:
-            empty = [i for i, chat in enumerate(self.chats) if not chat]
-            if empty:
-                index = empty[0]
-            else:
-                self.chats.append([])
-                index = len(self.chats) - 1
-        if not 0 <= index < len(self.chats):
-            raise IndexError(f"no chat {index}")
-        self.current = index
+    def open(self, chat: StoredChat | None) -> None:
+        """Show ``chat`` (None: a new, empty one); its latest answer's figures come back
+        from the store. What belonged to the chat that was open is forgotten."""
+        self.chat = chat
         self._forget_answers()
+        self.last_run = self.stored_run(-1)
 
-    def reset(self) -> None:
-        """Clear: the open chat starts over."""
-        self.history = []
-        self._forget_answers()
+    def stored_run(self, index: int) -> AnswerRun | None:
+        """The stored answer at ``index`` of the open chat, folded again (None: not one)."""
+        if self.chat is None or not self.chat.messages:
+            return None
+        try:
+            message = self.chat.messages[index]
+        except IndexError:
+            return None
+        if message.role != "assistant":
+            return None
+        return answer_from_record(message.content, message.stats, message.provenance, message.steps)
 
     def baseline(self) -> list[float] | None:
         """The baseline's measured rates, if they were measured for the latest answer."""
@@ -76,21 +78,13 @@ class Session:
         )
 
     def _forget_answers(self) -> None:
-        # The baseline belonged to an answer of this chat: it goes with it.
+        # The baseline belonged to an answer of the chat left: it goes with it.
         self.baseline_rates = self.baseline_for = None
         self.last_run = None
         self.current_run = None
         self.last_prompt = None
         self.last_settings = None
         self.epoch += 1
-
-
-def _title(chat: list[dict[str, str]], index: int) -> str:
-    first = next((m["content"] for m in chat if m["role"] == "user"), "")
-    words = " ".join(first.split())
-    if not words:
-        return f"Chat {index + 1} (empty)"
-    return words if len(words) <= 40 else words[:39] + "…"
 
 
 class EngineGate:
@@ -126,3 +120,11 @@ class EngineGate:
             return False
         answer.stop()
         return True
+
+    def stop_all(self) -> int:
+        """End every tab's answer (a model switch); how many there were."""
+        with self._mutex:
+            answers = list(self._answers.values())
+        for answer in answers:
+            answer.stop()
+        return len(answers)

@@ -53,39 +53,22 @@ _STOP_REASONS = {
 }
 
 
-def provenance_html(run: AnswerRun | None, colour: bool, live: bool = False) -> str:
-    """The latest answer as HTML: one coloured span per run of same-provenance tokens and
-    a legend when colouring is on; the plain text when it is off. ``live``: the legend and
-    the text are slots the live feed writes into (``ui/live.py``)."""
-    text = run.text if run is not None else ""
-    if not text and not live:
-        body = '<span style="opacity:0.6">The latest answer appears here, token by token.</span>'
-    else:
-        body = provenance_pieces(run.runs if run is not None else [], colour)
-    slot = " live-slot-legend" if live else ""
-    text_slot = " live-slot-tokens" if live else ""
-    return (
-        f'<div class="provenance-panel"><div class="provenance-legend-box{slot}">'
-        f"{provenance_legend(run, colour)}</div>"
-        f'<div class="provenance-text{text_slot}" style="{PROVENANCE_TEXT_STYLE}">{body}</div></div>'
-    )
-
-
-# A box of its own size that scrolls, as the chat does: text streamed into it is laid out,
-# styled and painted inside it alone. A panel that grew with the answer moved everything
-# below it at each message, which the page then styled and painted again: about 5 % of a
-# core in a software-rendered browser, taken from the decoding (docs/app-cost.md).
-PROVENANCE_TEXT_STYLE = (
-    "white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.6;"
-    "margin-top:6px;height:20em;overflow-y:auto;contain:strict"
-)
+def coloured_answer(pieces: Sequence[Sequence[str]]) -> str:
+    """An answer shown by provenance in its chat bubble, in place of its Markdown: one
+    line of HTML (newlines as character references, so Markdown never ends the block at a
+    blank line), its spaces and line breaks kept by the class's style."""
+    return f'<div class="prov-answer">{provenance_pieces(pieces, True)}</div>'
 
 
 def provenance_pieces(pieces: Sequence[Sequence[str]], colour: bool) -> str:
     """Runs of same-provenance text as coloured spans (plain text when colouring is off)."""
     if not colour:
-        return html.escape("".join(text for text, _ in pieces))
+        return _escape("".join(text for text, _ in pieces))
     return "".join(_provenance_span(text, source) for text, source in pieces if text)
+
+
+def _escape(text: str) -> str:
+    return html.escape(text).replace("\n", "&#10;")
 
 
 def provenance_legend(run: AnswerRun | None, colour: bool) -> str:
@@ -95,20 +78,28 @@ def provenance_legend(run: AnswerRun | None, colour: bool) -> str:
 
 
 def _provenance_span(text: str, source: str) -> str:
-    label, background, _ = PROVENANCE_STYLE.get(source, PROVENANCE_STYLE[PLAIN])
-    return (
-        f'<span data-source="{source}" title="{label}" '
-        f'style="background:{background};border-radius:3px">{html.escape(text)}</span>'
-    )
+    label = PROVENANCE_STYLE.get(source, PROVENANCE_STYLE[PLAIN])[0]
+    # Classes, not data attributes or inline styles: the chat's sanitizer keeps classes.
+    return f'<span class="prov prov-{html.escape(source)}" title="{label}">{_escape(text)}</span>'
+
+
+def provenance_css() -> str:
+    """The provenance classes' colours, and the coloured answer's layout, for the page."""
+    rules = [
+        ".prov-answer{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.6}",
+        ".prov{border-radius:3px}",
+    ]
+    rules += [f".prov-{source}{{background:{style[1]}}}" for source, style in PROVENANCE_STYLE.items()]
+    return "\n".join(rules)
 
 
 def _legend_html(counts: dict[str, int]) -> str:
     """One chip per provenance, with how many of the answer's tokens it holds."""
     chips = "".join(
         f'<span data-legend="{source}" data-count="{counts.get(source, 0)}" title="{meaning}" '
-        f'style="background:{background};border-radius:3px;padding:1px 6px;margin-right:6px">'
+        f'class="prov prov-{source}" style="padding:1px 6px;margin:0 6px 2px 0;display:inline-block">'
         f"{label} {counts.get(source, 0)}</span>"
-        for source, (label, background, meaning) in PROVENANCE_STYLE.items()
+        for source, (label, _background, meaning) in PROVENANCE_STYLE.items()
     )
     return f'<div class="provenance-legend" style="font-size:0.85em">{chips}</div>'
 

@@ -7,16 +7,31 @@ import functools
 import inspect
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import gradio as gr
 
 from edgespec.errors import EdgespecError
+from edgespec.ui.chat_store import StoredMessage
 from edgespec.ui.session import Session
+from edgespec.ui.text import coloured_answer
 
 GAMMA_CHOICES = ("auto", *(str(n) for n in range(17)))
+# The settings panel's controls, in the order every handler of a message receives them.
+SETTING_NAMES = (
+    "drafter",
+    "gamma",
+    "verify",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "seed",
+    "max_tokens",
+    "lenience",
+)
 EMPTY_MESSAGE = "Type a message first: the message is empty."
 
 
@@ -26,14 +41,15 @@ class View:
 
     message: Any = field(default_factory=gr.skip)
     chatbot: Any = field(default_factory=gr.skip)
-    provenance: Any = field(default_factory=gr.skip)
     gauge: Any = field(default_factory=gr.skip)
+    legend: Any = field(default_factory=gr.skip)
     stats: Any = field(default_factory=gr.skip)
     steps_plot: Any = field(default_factory=gr.skip)
     steps_table: Any = field(default_factory=gr.skip)
     speedup: Any = field(default_factory=gr.skip)
     error: Any = field(default_factory=gr.skip)
     live: Any = field(default_factory=gr.skip)  # the feed the page reads while an answer runs
+    system: Any = field(default_factory=gr.skip)  # the open chat's system prompt
 
     @classmethod
     def names(cls) -> list[str]:
@@ -79,18 +95,29 @@ def parse_seed(value: str | float | None) -> int | None:
         raise EdgespecError(f"the seed must be a whole number or empty (got {value!r})") from None
 
 
-def chat_messages(history: list[dict[str, str]], streaming: str | None = None) -> list[dict[str, Any]]:
-    """Chatbot messages. Text goes in as an explicit text block: a bare string would be
-    passed through ``inspect.cleandoc``, which strips the indentation of code answers.
-    ``streaming``: the markup of an answer still being written, as the last message."""
-    messages = [
-        {"role": m["role"], "content": [{"type": "text", "text": shown(m["role"], m["content"])}]}
-        for m in history
-        if m["content"]
+EMPTY_ANSWER = "*(an empty answer)*"
+
+
+def chat_messages(
+    messages: Sequence[StoredMessage], colour: bool = False, streaming: str | None = None
+) -> list[dict[str, Any]]:
+    """Chatbot messages, one per stored message (so an index in the chat is an index in
+    the store). Text goes in as an explicit text block: a bare string would be passed
+    through ``inspect.cleandoc``, which strips the indentation of code answers. With
+    ``colour``, an answer kept with its provenance is shown coloured by it, in place of
+    its Markdown. ``streaming``: the markup of an answer still being written, last."""
+    shown_messages = [
+        {"role": m.role, "content": [{"type": "text", "text": _bubble(m, colour)}]} for m in messages
     ]
     if streaming is not None:
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": streaming}]})
-    return messages
+        shown_messages.append({"role": "assistant", "content": [{"type": "text", "text": streaming}]})
+    return shown_messages
+
+
+def _bubble(message: StoredMessage, colour: bool) -> str:
+    if message.role == "assistant" and colour and message.provenance:
+        return coloured_answer(message.provenance)
+    return shown(message.role, message.content) or EMPTY_ANSWER
 
 
 def shown(role: str, text: str) -> str:
@@ -117,6 +144,7 @@ def owner_of(request: gr.Request | None) -> str:
 
 def _chat_inputs(
     message: str,
+    system: str,
     drafter: str,
     gamma: str,
     verify: str,
@@ -138,6 +166,7 @@ def _chat_inputs(
 @dataclass
 class ChatInputs:
     message: str
+    system: str
     settings: list[Any]  # drafter, gamma, verify, temperature … lenience, as _chat_inputs
     colour: bool
     session: Session
@@ -150,8 +179,8 @@ def takes_chat_inputs(method: Callable) -> Callable:
     names = list(inspect.signature(_chat_inputs).parameters)
 
     def unpack(values: tuple) -> ChatInputs:
-        *settings, colour, session, request = values[1:]
-        return ChatInputs(values[0], settings, colour, session, request)
+        *settings, colour, session, request = values[2:]
+        return ChatInputs(values[0], values[1] or "", settings, colour, session, request)
 
     if inspect.isgeneratorfunction(method):
 

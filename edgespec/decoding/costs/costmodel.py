@@ -37,6 +37,10 @@ class CostModel:
     measured_at: float = field(default_factory=time.time)
     provisional: bool = False  # measured on a busy machine, or disturbed twice: re-measured at the next load
     facts: dict[str, str] = field(default_factory=dict)  # what the profile is keyed by
+    # Pairs of sizes (fewer, more tokens) where the target's curve falls, found at the same
+    # depth by two measurements in a row (``curve.same_dips``): this machine's own, not a
+    # disturbance, so the curve is not implausible for them.
+    dips: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def empty(cls, k_max: int) -> CostModel:
@@ -71,6 +75,7 @@ class CostModel:
             "measured_at": self.measured_at,
             "provisional": self.provisional,
             "stale": False,
+            "dips": [list(pair) for pair in self.dips],
             "target": target,
             "draft": draft,
             "overhead": self.overhead,
@@ -93,13 +98,14 @@ class CostModel:
             self.overhead = float(data.get("overhead", self.overhead))
             self.plain_overhead = float(data.get("plain_overhead", self.overhead))
             self.measured_at = float(data.get("measured_at", 0.0))
+            self.dips = tuple((int(a), int(b)) for a, b in data.get("dips", []))
         except (ValueError, KeyError, TypeError, AttributeError):
             return "corrupt"
         if data.get("stale"):
             return "marked stale: costs seen while generating disagreed with it"
         if data.get("provisional"):
             return PROVISIONAL
-        reason = implausible(target)
+        reason = implausible(target, self.dips)
         if reason:
             return f"implausible ({reason})"
         self.target.freeze_baseline()

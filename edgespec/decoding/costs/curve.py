@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Collection
 
 import numpy as np
 
@@ -167,17 +168,52 @@ class CostCurve:
         self._unit_table = None
 
 
-def implausible(points: dict[int, float]) -> str | None:
-    """Why a measured target curve cannot be right, or None. A pass over more tokens never
-    costs much less than one over fewer (kernels change at some sizes, so a dip of a few
-    percent is real; a fall by a quarter is a disturbed measurement). How much more two
-    tokens may cost than one is no test: on a GPU the first pass of a new size pays for a
-    new graph, so two tokens after single-token passes can cost nearly three single ones,
-    and any such bound would have a good profile measured again at every start."""
-    ks = sorted(points)
-    if not ks or any(not math.isfinite(points[k]) or points[k] <= 0 for k in ks):
+_DIP = 0.75  # a pass priced below this share of one over fewer tokens is a dip
+_SAME_DIP = 1.15  # two dips at the same sizes whose depths differ by at most this factor are one
+
+
+def dips(points: dict[int, float]) -> list[tuple[int, int, float]]:
+    """Where a pass over more tokens costs much less than one over fewer, between
+    neighbouring measured sizes: (the fewer tokens, the more, the more's cost over the
+    fewer's). Kernels change at some sizes, so a dip of a few percent is real; a fall by
+    a quarter is a disturbed measurement, or (when measuring again finds it again) a size
+    the machine's kernels favour: ``same_dips``."""
+    pairs = itertools.pairwise(sorted(points))
+    return [(a, b, points[b] / points[a]) for a, b in pairs if 0 < points[b] < _DIP * points[a]]
+
+
+def _positive(points: dict[int, float]) -> bool:
+    return bool(points) and all(math.isfinite(s) and s > 0 for s in points.values())
+
+
+def implausible(points: dict[int, float], accepted: Collection[tuple[int, int]] = ()) -> str | None:
+    """Why a measured target curve cannot be right, or None: a cost that is not a positive
+    number, or a dip (``dips``) other than the pairs of sizes in ``accepted`` (those two
+    measurements in a row found on this machine). How much more two tokens may cost than
+    one is no test: on a GPU the first pass of a new size pays for a new graph, so two
+    tokens after single-token passes can cost nearly three single ones, and any such bound
+    would have a good profile measured again at every start."""
+    if not _positive(points):
         return "a cost that is not a positive number"
-    for a, b in itertools.pairwise(ks):
-        if points[b] < 0.75 * points[a]:
-            return f"{b} tokens priced at {points[b] / points[a]:.2f}× of {a} tokens"
+    for a, b, ratio in dips(points):
+        if (a, b) not in accepted:
+            return f"{b} tokens priced at {ratio:.2f}× of {a} tokens"
     return None
+
+
+def same_dips(first: dict[int, float], second: dict[int, float]) -> bool:
+    """Whether a curve measured again (``second``) falls only where the first one did: at
+    least one dip, each at the same pair of sizes as one of the first's and as deep within
+    15 %. A disturbance lifts the size it hits in one measurement (each size keeps the
+    median of rounds that interleave every size, so it must hit that size in most rounds):
+    it does not come back at the same sizes and depth. A size the kernels favour does (on
+    a 2-core Xeon, 16 tokens at 0.67× of 15 in both). The first's other dips do not matter:
+    the second curve is the one kept, and every dip it has was seen twice."""
+    if not (_positive(first) and _positive(second)):
+        return False
+    before = {(a, b): ratio for a, b, ratio in dips(first)}
+    found = dips(second)
+    return bool(found) and all(
+        (a, b) in before and max(ratio, before[a, b]) <= _SAME_DIP * min(ratio, before[a, b])
+        for a, b, ratio in found
+    )

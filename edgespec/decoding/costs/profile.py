@@ -122,8 +122,10 @@ def _target_pass(data: dict) -> tuple[str, str, str, float] | None:
 def profile_speed(data: dict, here: dict[str, str]) -> tuple[tuple, Speed] | None:
     """The speed one profile implies (its target's single-token pass over its file's size)
     with its rank among others, or None where it was measured elsewhere, is not to be
-    trusted, or names a file of unknown size. Rank: the same llama.cpp build first, then
-    every thread (as edgespec runs by default), then the newest."""
+    trusted, names a file of unknown size or one too small to predict others by
+    (``speed.from_pass``). Rank: the same llama.cpp build first, then every thread (as
+    edgespec runs by default), then the largest model (the smaller a model, the more of its
+    pass is fixed cost that a byte count does not scale), then the newest."""
     if data.get("version") != PROFILE_VERSION or data.get("provisional") or data.get("stale"):
         return None
     found = _target_pass(data)
@@ -132,14 +134,15 @@ def profile_speed(data: dict, here: dict[str, str]) -> tuple[tuple, Speed] | Non
         return None
     name, identity, threads, seconds = found
     source = f"{name}'s cost profile ({seconds * 1e3:.0f} ms a token)"
-    speed = from_pass(seconds, weights_bytes(name, identity), source)
+    size = weights_bytes(name, identity)
+    speed = from_pass(seconds, size, source)
     if speed is None:
         return None
     try:
         when = float(data.get("measured_at", 0.0))
     except (TypeError, ValueError):
         when = 0.0
-    return (facts.get("llama.cpp") == here.get("llama.cpp"), threads == "threads=all", when), speed
+    return (facts.get("llama.cpp") == here.get("llama.cpp"), threads == "threads=all", size, when), speed
 
 
 def measured_speed(directory: Path | None = None) -> Speed | None:

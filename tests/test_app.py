@@ -439,7 +439,7 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
     for label in ("tokens/s", "τ", "acceptance", "time to first token", "prefill", "verify", "other"):
         assert label in stats
     assert "32 (max tokens reached)" in stats
-    assert 'data-legend="draft"' in final[OUT["legend"]]
+    assert "colouring off" in final[OUT["legend"]]
     assert final[OUT["steps_table"]]["data"][0][1] == "model"
     assert 'data-series="accepted (model)"' in final[OUT["steps_plot"]]
     gauges = [o[OUT["gauge"]] for o in job.outputs() if "data-accepted" in str(o[OUT["gauge"]])]
@@ -453,8 +453,9 @@ def test_answer_streams_with_stats_and_continues_the_conversation(client: Client
     # The first turn stayed in the caches: most of the second prompt is reused.
     assert reused_tokens(second[OUT["stats"]]) > 30
     # Coloured by provenance, the answers are drawn in the chat itself, not a second time.
-    coloured = client.predict(True, api_name="/recolour")[0]
+    coloured, legend = client.predict(True, api_name="/recolour")
     assert 'class="prov prov-draft"' in answer_text(coloured)
+    assert 'data-legend="draft"' in legend
     assert [m["role"] for m in coloured] == ["user", "assistant", "user", "assistant"]
 
 

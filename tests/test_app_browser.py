@@ -90,9 +90,12 @@ def open_app(browser, url: str):
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
     page.wait_for_selector("#message textarea")
-    for panel in ("#settings-panel", "#stats-panel", "#steps-panel"):  # folded until opened
-        if page.locator(f"{panel} > button").get_attribute("aria-expanded") != "true":
-            page.click(f"{panel} > button")
+    for panel, inside in (
+        ("#settings-panel", "#drafter"),
+        ("#stats-panel", "#steps-plot"),
+        ("#steps-panel", "#steps-table"),
+    ):
+        unfold(page, panel, inside)
     # The drafter options are the registry's, every one of them offered.
     page.locator("#drafter label").first.wait_for()
     offered = [t.strip() for t in page.locator("#drafter label").all_inner_texts()]
@@ -104,6 +107,18 @@ def open_app(browser, url: str):
     page.fill("#max-tokens input[type=number]", "32")
     page.keyboard.press("Tab")
     return page
+
+
+def unfold(page, panel: str, inside: str) -> None:
+    """Open a folded panel until what it holds shows (the page may still be applying the
+    panels' remembered state as it opens: a click then could fold it again)."""
+    for _ in range(20):
+        if page.locator(inside).first.is_visible():
+            return
+        if page.locator(f"{panel} > button").get_attribute("aria-expanded") != "true":
+            page.click(f"{panel} > button")
+        time.sleep(0.5)
+    raise AssertionError(f"{panel} does not open")
 
 
 def gauge_accepted(page) -> int:

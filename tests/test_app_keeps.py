@@ -21,7 +21,7 @@ from edgespec.ui.chat_store import ChatStore
 from edgespec.ui.library import WARM_MARK
 from edgespec.ui.views import View
 from tests.app_process import AppProcess
-from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, OUTPUT_DIR
+from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, OUTPUT_DIR, unfold
 
 pytestmark = [
     pytest.mark.slow,
@@ -48,8 +48,10 @@ def app(tmp_path: Path) -> Iterator[AppProcess]:
     process.kill()
 
 
-def listed(page) -> list[str]:
-    return [label.strip() for label in page.locator("#chats label").all_inner_texts()]
+def listed(page, marks: bool = False) -> list[str]:
+    """The chat list's titles, as drawn (``marks``: with their warm marks)."""
+    titles = [label.strip() for label in page.locator("#chats label").all_inner_texts()]
+    return titles if marks else [title.removesuffix(WARM_MARK) for title in titles]
 
 
 def ask(page, question: str) -> None:
@@ -77,11 +79,6 @@ def open_page(browser, url: str, width: int = 1280, height: int = 800):
     return page
 
 
-def unfold(page, panel: str) -> None:
-    if page.locator(f"{panel} button").first.get_attribute("aria-expanded") != "true":
-        page.click(f"{panel} > button")
-
-
 def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
     from playwright.sync_api import expect, sync_playwright
 
@@ -90,7 +87,7 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = open_page(browser, app.url)
-            unfold(page, "#settings-panel")
+            unfold(page, "#settings-panel", "#max-tokens")
             page.fill("#max-tokens input[type=number]", "24")
             page.keyboard.press("Tab")
             # Shift+Enter is a new line, not a message.
@@ -127,8 +124,9 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = open_page(browser, app.url)
-            titles = listed(page)
-            plain = [t.removesuffix(WARM_MARK) for t in titles]
+            page.wait_for_function("() => document.querySelectorAll('#chats label').length >= 3")
+            titles = listed(page, marks=True)
+            plain = listed(page)
             assert plain == ["Write a long story about a lighthouse keeper.", "Say good morning.",
                              "Name one primary colour, one word."], titles  # fmt: skip
             assert any(t.endswith(WARM_MARK) for t in titles), f"no chat came back warm: {titles}"
@@ -149,7 +147,7 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
             assert "bonjour" in page.evaluate(CHAT_TEXT_JS).lower()
 
             # Rename, search, export, import, delete.
-            unfold(page, "#chat-actions")
+            unfold(page, "#chat-actions", "#rename")
             page.fill("#rename textarea", "French greetings")
             page.click("#rename-button")
             expect(page.locator("#chats")).to_contain_text("French greetings")
@@ -164,7 +162,9 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
             assert [m["role"] for m in document["messages"]] == ["user", "assistant"]
             json_file = app.data.parent / "chat.json"
             json_file.write_text(json.dumps(document))
-            page.set_input_files("#import-json input[type=file]", str(json_file))
+            with page.expect_file_chooser() as chooser:
+                page.click("#import-json")
+            chooser.value.set_files(str(json_file))
             expect(page.locator("#chats label")).to_have_count(4)
             page.once("dialog", lambda dialog: dialog.accept())
             page.click("#delete-chat")
@@ -201,6 +201,7 @@ def test_a_chat_reopened_after_a_restart_answers_as_without_it(app: AppProcess):
     app.stop()
     app.start()
     client = Client(app.url, verbose=False)
+    client.predict("", api_name="/new_chat")  # lists the chats, as the page does when it opens
     client.predict(chat_id, api_name="/open_chat")
     client.predict(2, follow_up, api_name="/edit_message")  # the follow-up asked again
     again = client.predict("", **GREEDY, api_name="/chat")

@@ -113,11 +113,15 @@ def open_app(browser, url: str, max_tokens: int):
 
 def open_panels(page) -> None:
     """Unfold the settings and the stats (folded by default; the page draws a folded
-    panel's contents only once it is opened)."""
-    for panel in ("#settings-panel", "#stats-panel"):
-        if not page.locator(f"{panel} #stats, {panel} #drafter").count():
-            page.click(f"{panel} > button")
-    page.wait_for_selector("#drafter label")
+    panel's contents only once it is opened, and may still be applying the panels'
+    remembered state as it opens)."""
+    for panel, inside in (("#settings-panel", "#drafter"), ("#stats-panel", "#steps-plot")):
+        for _ in range(20):
+            if page.locator(inside).first.is_visible():
+                break
+            if page.locator(f"{panel} > button").get_attribute("aria-expanded") != "true":
+                page.click(f"{panel} > button")
+            time.sleep(0.5)
 
 
 def free_port() -> int:

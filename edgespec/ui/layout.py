@@ -148,7 +148,7 @@ def _models_panel(picker: Picker) -> dict[str, Any]:
 
 
 def _chat_column() -> dict[str, Any]:
-    system = gr.Textbox(label="System prompt", placeholder="(none): how the model answers in this chat",
+    system = gr.Textbox("", label="System prompt", placeholder="(none): how the model answers in this chat",
                         lines=1, max_lines=6, elem_id="system")  # fmt: skip
     chatbot = gr.Chatbot(
         label="Chat",

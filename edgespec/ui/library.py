@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 WARM_MARK = " · warm"
 # Looking up whether a chat is warm renders and tokenizes it: the newest this many only.
 WARM_CHECKED = 24
-# A chat is warm when the pair holds this share of its prompt (the rest is read again).
+# A chat is warm when the pair holds all of its prompt but this share, or these few tokens
+# (the end of the last answer and the template's opening of the next, which no state holds).
 WARM_SHARE = 0.9
+WARM_SLACK = 16
 PANELS = ("stats", "steps", "settings")  # the folded panels whose state is remembered
 DEFAULT_SYSTEM = "default_system"
 
@@ -65,7 +67,8 @@ class Library:
             tokens = lm.prompt_tokens(messages, chat=True)
         except EdgespecError:
             return False
-        return bool(tokens) and lm.cached_tokens(tokens) >= WARM_SHARE * len(tokens)
+        missing = len(tokens) - lm.cached_tokens(tokens)
+        return bool(tokens) and missing <= max(WARM_SLACK, (1 - WARM_SHARE) * len(tokens))
 
     def chat_list(self, session: Session, query: str = "") -> Any:
         return gr.update(choices=self.choices(query), value=session.chat_id)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import EdgeSpec
+from edgespec.bench.app_cost import unfold
 from edgespec.decoding.drafters import CHOICES, NONE_COLOUR, REGISTRY
 from edgespec.ui.figures import DRAFTED_NAME, NO_DRAFT_NAME
 from edgespec.ui.layout import build_app, launch_app
@@ -107,18 +108,6 @@ def open_app(browser, url: str):
     page.fill("#max-tokens input[type=number]", "32")
     page.keyboard.press("Tab")
     return page
-
-
-def unfold(page, panel: str, inside: str) -> None:
-    """Open a folded panel until what it holds shows (the page may still be applying the
-    panels' remembered state as it opens: a click then could fold it again)."""
-    for _ in range(20):
-        if page.locator(inside).first.is_visible():
-            return
-        if page.locator(f"{panel} > button").get_attribute("aria-expanded") != "true":
-            page.click(f"{panel} > button")
-        time.sleep(0.5)
-    raise AssertionError(f"{panel} does not open")
 
 
 def gauge_accepted(page) -> int:

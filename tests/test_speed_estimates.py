@@ -63,7 +63,7 @@ def near_real(rate: float | None) -> bool:
 def test_a_tiny_models_profile_does_not_set_the_default_targets_rate(profiles):
     """Only the 135M was measured here: the probe decides, and the 1.5B's rate is near
     30 tokens/s (the 135M's own figure predicted 9.9)."""
-    assert speed.Speed(SMOL_T1 / SMOL.size, "bytes alone").rate(DEFAULT) == pytest.approx(9.9, abs=0.1)
+    assert speed.Speed(SMOL_T1 / SMOL.size, "bytes alone").rate(DEFAULT) < 0.4 * REAL_RATE
     profiles(SMOL, SMOL_T1)
     found = chosen_speed()
     assert "memory probe" in found.source
@@ -96,13 +96,13 @@ def test_from_pass_refuses_a_model_below_the_floor():
 
 def test_a_tiny_model_is_not_predicted_faster_than_a_pass_allows():
     """The probe's time per byte times 98 MB would be 3 ms a token (over 300 tokens/s); a
-    pass's fixed cost puts the 135M near its real 8-12 ms."""
+    pass's fixed cost puts the 135M near its real 8.9-11.8 ms (EPYC, Xeon)."""
     found = speed.probe_speed(CALIBRATED_PROBE)
     assert found is not None
-    assert 1 / 0.012 <= found.rate(SMOL) <= 1 / 0.008
+    assert 1 / 0.012 <= found.rate(SMOL) <= 1 / 0.007
     assert near_real(found.rate(DEFAULT))
-    # Above the floor, bytes alone still decide.
-    assert found.rate(DRAFT) == pytest.approx(1 / (DRAFT.size * found.seconds_per_byte))
+    fixed = speed.pass_overhead_s()
+    assert found.rate(DRAFT) == pytest.approx(1 / (fixed + DRAFT.size * found.seconds_per_byte))
 
 
 def test_the_command_says_about_thirty(profiles, monkeypatch, capsys):

@@ -113,15 +113,21 @@ def open_app(browser, url: str, max_tokens: int):
 
 def open_panels(page) -> None:
     """Unfold the settings and the stats (folded by default; the page draws a folded
-    panel's contents only once it is opened, and may still be applying the panels'
-    remembered state as it opens)."""
-    for panel, inside in (("#settings-panel", "#drafter"), ("#stats-panel", "#steps-plot")):
-        for _ in range(20):
-            if page.locator(inside).first.is_visible():
-                break
-            if page.locator(f"{panel} > button").get_attribute("aria-expanded") != "true":
-                page.click(f"{panel} > button")
-            time.sleep(0.5)
+    panel's contents only once it is opened)."""
+    unfold(page, "#settings-panel", "#drafter")
+    unfold(page, "#stats-panel", "#steps-plot")
+
+
+def unfold(page, panel: str, inside: str) -> None:
+    """Open a folded panel until what it holds shows (the page may still be applying the
+    panels' remembered state as it opens: a click then could fold it again)."""
+    for _ in range(20):
+        if page.locator(inside).first.is_visible():
+            return
+        if page.locator(f"{panel} > button").get_attribute("aria-expanded") != "true":
+            page.click(f"{panel} > button")
+        time.sleep(0.5)
+    raise EdgespecError(f"the app's {panel} does not open")
 
 
 def free_port() -> int:

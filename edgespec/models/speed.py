@@ -45,11 +45,11 @@ class Speed:
 
     def rate_for_bytes(self, model_bytes: int) -> float | None:
         """Tokens per second a model file of ``model_bytes`` decodes alone; None when the
-        size is unknown. A tiny model is not credited with less time than a pass's fixed
-        cost (``min_pass_bytes``): its bytes alone would predict it several times too fast."""
+        size is unknown. A pass costs a fixed time (``pass_overhead_s``) plus the time to
+        read the weights: a tiny model's bytes alone would predict it far too fast."""
         if not model_bytes > 0 or not self.seconds_per_byte > 0:
             return None
-        return 1.0 / (max(model_bytes, min_pass_bytes()) * self.seconds_per_byte)
+        return 1.0 / (pass_overhead_s() + model_bytes * self.seconds_per_byte)
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,10 @@ class Calibration:
 
     @property
     def efficiency(self) -> float:
-        """llama.cpp's effective bandwidth while decoding, as a share of the probe's."""
-        return self.model_bytes / self.seconds_per_token / self.probe_bytes_per_second
+        """llama.cpp's effective bandwidth while decoding (its time per token less a pass's
+        fixed cost), as a share of the probe's."""
+        reading = self.seconds_per_token - pass_overhead_s()
+        return self.model_bytes / reading / self.probe_bytes_per_second
 
 
 @cache
@@ -98,10 +100,10 @@ def calibration() -> Calibration:
     return Calibration(**_data()["calibration"])
 
 
-def min_pass_bytes() -> int:
-    """The weight bytes whose reading costs what a pass's fixed cost does (see
-    ``[small_models]`` in ``data/speed.toml``): no model decodes faster than one this size."""
-    return int(_data()["small_models"]["min_pass_bytes"])
+def pass_overhead_s() -> float:
+    """What a decode pass costs besides reading the weights (``[small_models]`` in
+    ``data/speed.toml``)."""
+    return float(_data()["small_models"]["pass_overhead_s"])
 
 
 def min_profile_bytes() -> int:
@@ -111,12 +113,13 @@ def min_profile_bytes() -> int:
 
 
 def from_pass(seconds: float, model_bytes: int, source: str) -> Speed | None:
-    """The speed one measured single-token pass over a model file of ``model_bytes`` implies;
-    None where the model is too small for its pass to be bound by its bytes (its time is
-    mostly the fixed cost of a pass, and would predict larger models several times too slow)."""
+    """The speed one measured single-token pass over a model file of ``model_bytes`` implies
+    (its time less a pass's fixed cost, over its bytes); None where the model is too small
+    for its pass to be bound by its bytes (its time is mostly the fixed cost of a pass, and
+    would predict larger models several times too slow)."""
     if not (math.isfinite(seconds) and seconds > 0 and model_bytes >= max(1, min_profile_bytes())):
         return None
-    return Speed(seconds / model_bytes, source)
+    return Speed(max(seconds - pass_overhead_s(), seconds / 2) / model_bytes, source)
 
 
 def _cores() -> int:

@@ -503,11 +503,13 @@ def _text_of(value: Any) -> str:
 
 
 def record_rate(lm: EdgeSpec, done: Done) -> None:
-    """What the target decoded at here, for the model picker to show next time."""
+    """What the target decodes at here alone, for the model picker to show next time: an
+    answer with no draft in it (one with drafts shows what speculation added, which
+    depends on the answer)."""
     from edgespec.models.measured import record_rate as keep
 
     path = getattr(lm.target, "path", None)
-    if path is not None and done.stop_reason != "cancelled":
+    if path is not None and done.stop_reason != "cancelled" and not done.stats.drafted:
         keep(path, done.stats.decode_tokens_per_second, done.stats.tokens)
 
 

@@ -39,7 +39,6 @@ class Library:
     def __init__(self, handlers: ChatHandlers, store: ChatStore):
         self.handlers = handlers
         self.store = store
-        self._exports = Path(tempfile.mkdtemp(prefix="edgespec-export-"))
 
     # -- the list ----------------------------------------------------------------------
 
@@ -167,7 +166,8 @@ class Library:
             return None
         chat = self.store.load(session.chat.id)
         text = to_markdown(chat) if kind == "md" else to_json(chat)
-        folder = Path(tempfile.mkdtemp(dir=self._exports))
+        # A folder of its own: Gradio serves the file by its name, which two chats may share.
+        folder = Path(tempfile.mkdtemp(prefix="edgespec-export-"))
         path = folder / export_filename(chat, f".{kind}")
         path.write_text(text, encoding="utf-8")
         return str(path)

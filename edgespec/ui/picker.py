@@ -81,7 +81,7 @@ class Picker:
                 yield from self._download(choice)
             yield from self._switch(choice)
         except EdgespecError as exc:
-            yield f"⚠️ {exc}", header_markdown(self.pair), self.refresh()
+            yield f"**Not switched:** {exc}", header_markdown(self.pair), self.refresh()
             return
         yield self._loaded_line(choice), header_markdown(self.pair), self.refresh()
 
@@ -138,7 +138,7 @@ class Picker:
     def _loaded_line(self, choice: ModelChoice) -> str:
         lm = self.pair.lm
         draft = f" with {lm.draft.name}" if lm is not None and lm.draft is not None else ""
-        return f"✅ Now answering with {choice.target}{draft}."
+        return f"Ready: now answering with {choice.target}{draft}."
 
 
 def header_markdown(pair: PairHolder) -> str:

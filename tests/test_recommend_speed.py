@@ -120,7 +120,8 @@ def test_a_profile_measured_here_gives_seconds_per_byte(tmp_path, monkeypatch):
     assert other_build is not None and other_build[0] < rank
     # A file the catalog does not know: its size from a size-mtime identity, else unknown.
     unknown = {**facts, "target": "/x/my model.gguf 5000000000-17 ngl=0 threads=2"}
-    assert profile.profile_speed({**data, "facts": unknown}, here)[1].seconds_per_byte == (0.087 - FIXED) / 5e9
+    unknown_speed = profile.profile_speed({**data, "facts": unknown}, here)[1]
+    assert unknown_speed.seconds_per_byte == (0.087 - FIXED) / 5e9
     nameless = {**facts, "target": "owner/repo:Q4 0123456789abcdef ngl=0 threads=2"}
     assert profile.profile_speed({**data, "facts": nameless}, here) is None
 

@@ -37,7 +37,8 @@ WATCH_STATUS_JS = """() => {
 def hub_model(fake_hub, smol_path: Path, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """A catalog entry of the test's own, served by the stand-in hub and not on disk; the
     app's environment. The downloaded copy is removed afterwards."""
-    name, repo = "smol-picked", f"apptest/Smol-{uuid.uuid4().hex[:8]}"
+    tag = uuid.uuid4().hex[:8]  # a model no earlier run left on disk
+    name, repo = f"smol-picked-{tag}", f"apptest/Smol-{tag}"
     fake_hub.repos[repo] = Repo({FILE: blob_of_file(smol_path)})
     entry = (
         f'\n[models."{name}"]\ndescription = "SmolLM2-135M from the hub"\nrole = "any"\n'
@@ -50,6 +51,8 @@ def hub_model(fake_hub, smol_path: Path, tmp_path: Path) -> Iterator[tuple[str, 
            "HF_HUB_OFFLINE": "", "EDGESPEC_CATALOG": str(catalog_file)}  # fmt: skip
     yield name, env
     shutil.rmtree(store.hub_download_dir(repo), ignore_errors=True)
+    for left in store.models_dir().glob(f"{name}.gguf*"):
+        left.unlink()
 
 
 def test_a_model_picked_in_the_app_downloads_with_progress_and_answers(
@@ -76,7 +79,7 @@ def test_a_model_picked_in_the_app_downloads_with_progress_and_answers(
                 page.evaluate(WATCH_STATUS_JS)
                 page.click("#use-model")
                 expect(page.locator("#model-status")).to_contain_text(
-                    f"Now answering with {name}", timeout=TIMEOUT_MS
+                    f"now answering with {name}", timeout=TIMEOUT_MS
                 )
                 seen = page.evaluate("window.statusSeen")
                 assert any("Downloading" in text and "%" in text for text in seen), seen

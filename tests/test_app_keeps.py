@@ -145,6 +145,15 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
             wait_idle(page)
             assert page.evaluate(BUBBLES_JS) == bubbles
             assert "bonjour" in page.evaluate(CHAT_TEXT_JS).lower()
+            # Edit the question in the chat and send it: it is answered anew, in place.
+            page.click("#chatbot button[aria-label='Edit']")
+            page.fill("#chatbot textarea", "Say good night.")
+            page.click("#chatbot button[aria-label='Submit'], #chatbot button[title='Submit']")
+            page.wait_for_selector("#chatbot .live-slot-answer")
+            wait_idle(page)
+            assert page.evaluate(BUBBLES_JS) == bubbles
+            edited = page.evaluate(CHAT_TEXT_JS)
+            assert "Say good night." in edited and "Say good morning." not in edited, edited
 
             # Rename, search, export, import, delete.
             unfold(page, "#chat-actions", "#rename")
@@ -156,7 +165,7 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
             page.fill("#chat-search textarea", "")
             expect(page.locator("#chats label")).to_have_count(3)
             exported = export(page, "#export-md")
-            assert "# French greetings" in exported and "Say good morning." in exported
+            assert "# French greetings" in exported and "Say good night." in exported
             assert "You always answer in French." in exported
             document = json.loads(export(page, "#export-json"))
             assert [m["role"] for m in document["messages"]] == ["user", "assistant"]

@@ -17,11 +17,25 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # One slot: the app and an API client then take turns, so a Stop can find an answer
-    # waiting as well as running.
-    with serve("--ui", "--parallel", "1") as running:
+    # waiting as well as running. Its chats in a folder of the test's own.
+    data = str(tmp_path_factory.mktemp("chats"))
+    with serve("--ui", "--parallel", "1", "--data-dir", data) as running:
         yield running
+
+
+def test_with_a_key_the_app_asks_for_it_and_keeps_its_chats(tmp_path) -> None:
+    with serve("--ui", "--parallel", "1", "--data-dir", str(tmp_path), api_key="s3cret") as keyed:
+        page = httpx.get(f"{keyed.url}/", timeout=30)
+        assert page.status_code == 200 and "type it as the password" in page.text
+        assert httpx.get(f"{keyed.url}/config", timeout=30).status_code == 401, "the app needs the key"
+        wrong = httpx.post(f"{keyed.url}/login", data={"username": "me", "password": "guess"}, timeout=30)
+        assert wrong.status_code == 400
+        with httpx.Client(base_url=keyed.url, timeout=60) as browser:
+            assert browser.post("/login", data={"username": "me", "password": "s3cret"}).status_code == 200
+            assert browser.get("/config").status_code == 200
+    assert (tmp_path / "chats.sqlite3").exists(), "the app's store is where --data-dir says"
 
 
 def test_chat_app_and_api_share_the_port(server: Server) -> None:

@@ -87,7 +87,10 @@ def app_url() -> Iterator[str]:
 
 
 def open_app(browser, url: str):
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    context = browser.new_context(
+        viewport={"width": 1400, "height": 1200}, permissions=["clipboard-read", "clipboard-write"]
+    )
+    page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
     page.wait_for_selector("#message textarea")
@@ -246,6 +249,10 @@ def test_chat_in_a_real_browser(app_url: str):
             coloured_text = page.evaluate(LAST_TEXT_JS)
             assert coloured_spans(page) > 0 and "def " in coloured_text
             assert page.locator("#provenance").count() == 0, "the answer is shown once"
+            # Its copy button copies the answer's text, not the markup that colours it.
+            page.locator("#chatbot button[aria-label='Copy message']").last.click()
+            copied = page.evaluate("navigator.clipboard.readText()")
+            assert copied == coloured_text and "<span" not in copied, copied[:200]
             page.screenshot(path=str(OUTPUT_DIR / "app_browser.png"), full_page=True)
             page.click("#colour-toggle input")
             expect(page.locator("#legend")).to_contain_text("colouring off")

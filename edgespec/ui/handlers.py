@@ -329,7 +329,10 @@ class ChatHandlers:
             chat = session.chat.messages if session.chat is not None else []
             asked = pending.asked if pending.asked is not None and problem.startswith("stopped") else None
             return self._failure(problem, asked if asked is not None else gr.skip(), chat, session.colour)
-        self._keep_answer(pending, session, run)
+        try:
+            self._keep_answer(pending, session, run)
+        except EdgespecError as exc:  # its chat was deleted in another tab meanwhile
+            return self._failure(f"the answer could not be kept: {exc}")
         session.last_run, session.last_prompt, session.last_settings = run, pending.prompt, pending.options
         record_rate(pending.lm, done)
         return self.answer_view(session, run)

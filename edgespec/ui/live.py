@@ -138,7 +138,7 @@ PAGE_SCRIPT = (
 # Escape stops the answer from anywhere in the page, as in other chat apps. In a narrow
 # window the chat list folds away (it starts open, over the chat), and folds again once a
 # chat is picked.
-KEYS_SCRIPT = b"""<script>
+KEYS_SCRIPT = rb"""<script>
 document.addEventListener('keydown', (event) => {
   if (event.key === 'Escape') document.querySelector('#stop')?.click();
 });
@@ -155,6 +155,20 @@ document.addEventListener('keydown', (event) => {
   document.addEventListener('click', (event) => {
     if (event.target.closest('#chats label, #new-chat')) setTimeout(fold, 300);
   });
+})();
+// An answer coloured by provenance is markup in the chat: its copy buttons copy its text.
+(() => {
+  const clipboard = navigator.clipboard;
+  if (!clipboard || !clipboard.writeText) return;
+  const write = clipboard.writeText.bind(clipboard);
+  const text = (markup) => {
+    const box = document.createElement('textarea');
+    box.innerHTML = markup.replace(/<[^>]+>/g, '');
+    return box.value;
+  };
+  clipboard.writeText = (value) => write(typeof value === 'string'
+    ? value.replace(/<div class="prov-answer">([\s\S]*?)<\/div>/g, (_, inner) => text(inner))
+    : value);
 })();
 </script>"""
 # The provenance colours (classes: the chat's sanitizer keeps them) and a narrow window's

@@ -45,6 +45,7 @@ class PairHolder:
         self.load_error = load_error or ("no model is loaded" if lm is None else None)
         self.loader = loader
         self.switching: str | None = None  # what is being loaded, while a switch runs
+        self._previous: PairChoice | None = None  # what a failed switch goes back to
         self._lock = threading.Lock()
 
     def current(self) -> EdgeSpec:
@@ -99,8 +100,6 @@ class PairHolder:
             say(f"{choice.target} could not be loaded ({exc}); loading {previous.target} again…")
             self.lm = self.loader(previous)
             raise EdgespecError(f"{choice.target} could not be loaded: {exc}") from exc
-
-    _previous: PairChoice | None = None
 
     def loaded_as(self, choice: PairChoice) -> None:
         """Say which choice the pair loaded at start is (what a failed switch goes back to)."""

@@ -57,18 +57,13 @@ class Session:
         from the store. What belonged to the chat that was open is forgotten."""
         self.chat = chat
         self._forget_answers()
-        self.last_run = self.stored_run(-1)
+        self.last_run = self.stored_run()
 
-    def stored_run(self, index: int) -> AnswerRun | None:
-        """The stored answer at ``index`` of the open chat, folded again (None: not one)."""
-        if self.chat is None or not self.chat.messages:
+    def stored_run(self) -> AnswerRun | None:
+        """The open chat's last message folded again, when it is an answer."""
+        if self.chat is None or not self.chat.messages or self.chat.messages[-1].role != "assistant":
             return None
-        try:
-            message = self.chat.messages[index]
-        except IndexError:
-            return None
-        if message.role != "assistant":
-            return None
+        message = self.chat.messages[-1]
         return answer_from_record(message.content, message.stats, message.provenance, message.steps)
 
     def baseline(self) -> list[float] | None:

@@ -35,13 +35,13 @@ def cpu_flags(text: str | None = None) -> frozenset[str]:
     return frozenset()
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str | bytes) -> None:
     """A unique temporary file in the same directory, then a rename: readers see the old
     file or the new one, never a mixture, whatever else writes at the same time."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:

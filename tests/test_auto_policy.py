@@ -11,6 +11,7 @@ import pytest
 from synthetic_costs import (
     CPU_TARGET,
     FLAT_TARGET,
+    H200_TARGET,
     NOVEL,
     acceptance_stats,
     banned,
@@ -152,11 +153,14 @@ def test_an_option_whose_steps_realize_less_than_plain_decoding_is_dropped_and_t
     """The profile says verifying 17 tokens costs 48 ms (a GPU); the steps really take 2 s
     each (it is wrong). Within a few steps the controller stops choosing n-grams; once
     proposals judged for free are right again, it takes them back, and keeps them while
-    their steps realize what they should."""
+    their steps realize what they should. (The bound on what an answer may lose is lifted:
+    the 2 s steps would put it behind plain decoding for good, and the bans are what this
+    tests.)"""
     flat = {1: 40, 2: 41, 5: 42, 9: 44, 17: 48}
     stats = acceptance_stats()
     stats.lookup["ngram"].hits[:] = stats.lookup["ngram"].seen[:] = 50.0  # copies have held so far
-    adaptive = policy(frozen(flat, draft_ms=2), ("ngram",), stats=stats)
+    unbounded = dataclasses.replace(DEFAULT, risk_share=1e6)
+    adaptive = policy(frozen(flat, draft_ms=2), ("ngram",), stats=stats, tuning=unbounded)
     source = list(range(300, 400))
     context = [*source, 1, *source[:4]]
     at = 4  # the next source token the answer copies
@@ -260,3 +264,51 @@ def test_the_pair_state_carries_the_tuning_into_its_statistics():
     pair.stats.lookup["ngram"].seen[:] = 10.0
     pair.begin_answer()
     assert (pair.stats.lookup["ngram"].seen == 5.0).all()
+
+
+def test_an_answer_behind_plain_decoding_decodes_plainly_and_says_so():
+    """A 16-token draft whose first token failed on a steep CPU: the answer is behind plain
+    decoding by more than a one-token draft could still risk. It decodes plainly without
+    pricing anything (lookups and pricing would only add to the loss) and says why in the
+    step's reason; as its tokens grow, so does what it may risk, and it looks again."""
+    repeated = list(range(200, 240))
+    context = [*repeated, 0, *repeated[:10]]
+    stats = acceptance_stats()
+    stats.lookup["ngram"].hits[:], stats.lookup["ngram"].seen[:] = 400.0, 400.0
+    adaptive = policy(costs(CPU_TARGET, draft_ms=22), ("ngram",), stats=stats)
+    adaptive.costs.plain_overhead = 0.0
+    adaptive.observe(StepOutcome("ngram", 16, 0, Draft(tokens=[0] * 16), 0.759, 0.0, [999]))
+    assert adaptive.answer.saved_s == pytest.approx(0.058 - 0.759)
+    step = plan(adaptive, context)
+    assert step.drafter == "none" and step.reason.startswith("behind plain decoding by 701.0 ms")
+    for _ in range(500):  # plain steps at the price of plain steps
+        adaptive.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.058, 0.0, [999]))
+    assert not plan(adaptive, context).reason.startswith("behind")
+
+
+def test_what_an_answer_gained_is_counted_against_plain_decoding_as_none_takes_it():
+    """Plain decoding's yardstick is a step that prices nothing, as ``--drafter none``
+    takes it: a step that priced its options and then decoded plainly still paid for the
+    pricing; a drafting step gains the plain steps it replaces; the first plain steps after
+    a draft pay what the return to single tokens costs (a GPU), but not those after the
+    prompt's pass, which plain decoding pays as well."""
+    adaptive = policy(costs(H200_TARGET, draft_ms=2), ("ngram",))
+    adaptive.costs.plain_overhead = 0.0
+    pair, answer = adaptive.pair, adaptive.answer
+    plain = Draft(tokens=[])
+    # the first two steps after the prompt (idle: nothing priced, 0.1 ms of Python) are
+    # dearer, and not counted against drafting
+    for ms in (4.8, 3.6):
+        adaptive.observe(StepOutcome("none", 0, 0, plain, ms / 1000, 0.0001, [0]))
+    assert answer.saved_s == 0.0
+    assert pair.bare_overhead == pytest.approx(0.0001)
+    plan(adaptive, NOVEL)  # priced: its step pays 0.4 ms of Python
+    adaptive.observe(StepOutcome("none", 0, 0, plain, 0.0018, 0.0004, [0]))
+    assert answer.saved_s == pytest.approx(-0.0003)
+    plan(adaptive, [*range(500, 540), 1, *range(500, 504)])
+    adaptive.observe(StepOutcome("ngram", 4, 4, Draft(tokens=[0] * 4), 0.0042, 0.0004, [0] * 5))
+    steady = pair.steady_plain(adaptive.costs)
+    assert answer.saved_s == pytest.approx(-0.0003 + 5 * (steady + 0.0001) - 0.0046)
+    before = answer.saved_s
+    adaptive.observe(StepOutcome("none", 0, 0, plain, 0.0048, 0.0001, [0]))  # the return: 3 ms dearer
+    assert answer.saved_s == pytest.approx(before - (0.0048 - steady), abs=1e-9)

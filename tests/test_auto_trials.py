@@ -36,10 +36,11 @@ def test_the_draft_model_is_found_where_it_pays():
     """Verification nearly flat and a cheap draft (the F16 stand-in for a GPU) with a prior
     that says the draft barely pays, and 60 prompt tokens the draft has not seen: the
     controller drafts with the model once the answer has settled (the prior says it may pay
-    here), learns its real acceptance, and keeps it."""
+    here), learns its real acceptance, and keeps it. (The prompt is short enough for the
+    draft's reading of it to fit what an answer may lose at worst: 30 tokens.)"""
     adaptive = policy(f16_costs(), ("ngram", "model"), stats=acceptance_stats())  # prior: 60 % per token
     lookups = {"ngram": NgramDrafter()}
-    behind = 60
+    behind = 30
     chosen = []
     for _ in range(80):
         step = plan(adaptive, NOVEL, lookups=lookups, catch_up=behind)
@@ -159,13 +160,14 @@ def test_a_draft_that_failed_its_trials_in_this_answer_is_not_tried_again_in_it(
 def test_the_draft_model_does_not_read_the_prompt_in_an_answers_first_steps():
     """An answer that copies its prompt shows it within a few tokens, and the lookups then
     beat a draft that has paid to read the prompt: however well the draft did before, it is
-    not sent to read a new prompt before the answer has settled, and is right after."""
+    not sent to read a new prompt before the answer has settled, and is right after (where
+    reading it fits what the answer may lose at worst)."""
     stats = acceptance_stats(model=0.95, model_steps=10)  # it paid on the last answers
     adaptive = policy(f16_costs(), ("ngram", "model"), stats=stats)
     lookups = {"ngram": NgramDrafter()}
     chosen = []
     for _ in range(SETTLE_STEPS + 1):
-        chosen.append(plan(adaptive, NOVEL, lookups=lookups, catch_up=300).drafter)
+        chosen.append(plan(adaptive, NOVEL, lookups=lookups, catch_up=30).drafter)
         adaptive.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.143, 0.0, [0]))
     assert chosen == ["none"] * (SETTLE_STEPS - 1) + ["model"] * 2, chosen
 

@@ -17,7 +17,7 @@ from synthetic_costs import CPU_TARGET, costs, plan, policy
 
 from edgespec.cli.costs import _status
 from edgespec.decoding.costs import CostCurve, implausible, load_or_measure, measure
-from edgespec.decoding.costs.curve import same_dips
+from edgespec.decoding.costs.curve import cheap_sizes, same_dips
 from edgespec.decoding.costs.measure import cpu_ticks
 from edgespec.runtime.model import LoadOptions
 
@@ -316,3 +316,15 @@ def test_a_pinned_process_is_disturbed_by_work_on_its_own_core_only():
     if all(t.startswith("busy") for t in tries):
         pytest.skip(f"the core was busy in every try: {tries}")
     pytest.fail(f"OtherLoad does not tell a loop on its own core from one elsewhere: {tries}")
+
+
+def test_cheap_sizes_are_the_corners_no_mix_of_other_sizes_beats():
+    """The family-26 EPYC's curve: 9-15 tokens cost nearly what 16 do, so 16 is cheap
+    and they are not; a smooth steep curve has no cheap size but one token."""
+    epyc = {1: 1.0, 2: 2.0, 4: 3.12, 5: 3.89, 8: 6.2, 9: 6.12, 16: 6.72, 17: 8.09}
+    assert cheap_sizes(epyc) == [1, 16]
+    linear = {k: float(k) for k in range(1, 18)}
+    assert cheap_sizes(linear) == [1]
+    # a dip at 16 on a curve measured at every size (a 2-core Xeon's profile)
+    xeon = {1: 1.0, 2: 1.55, 3: 1.78, 4: 1.58, 8: 3.19, 9: 3.43, 15: 4.82, 16: 3.86, 17: 4.48}
+    assert cheap_sizes(xeon) == [1, 16]

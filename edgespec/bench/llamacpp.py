@@ -66,7 +66,7 @@ def runtime_cmake_args() -> list[str]:
     return str(record.get("cmake_args") or "").split()
 
 
-TOOLS = ("llama-speculative-simple", "llama-server")  # what ``build`` can make
+TOOLS = ("llama-speculative-simple", "llama-server", "llama-bench")  # what ``build`` can make
 
 
 def default_binary(cmake_args: list[str] | None = None, tool: str = TOOLS[0]) -> Path:

@@ -4,6 +4,7 @@ at every position of it, computed once with llama.cpp and kept on disk."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import sys
@@ -157,3 +158,30 @@ def _teacher_forced(draft: Model, sequence: list[int], prompt_len: int) -> tuple
         confidences += (1.0 / rows.sum(axis=1)).tolist()  # the largest entry is exp(0)
     draft.reset()
     return guesses, confidences
+
+
+def write_set(path: Path, recordings: dict[str, list[Recording]], facts: dict[str, str]) -> None:
+    """Recordings by split, kept as one compressed file (the replay test's fixture, which
+    then needs no model to decode): ``facts`` say what recorded them. Confidences keep
+    five digits: a replay prices by them, and no decision turns on the sixth."""
+    rows = []
+    for split, recs in recordings.items():
+        for rec in recs:
+            row = vars(rec) | {"split": split}
+            row["confidences"] = [float(f"{c:.5g}") for c in rec.confidences]
+            rows.append(row)
+    body = json.dumps({"facts": facts, "recordings": rows}, separators=(",", ":")).encode()
+    write_atomically(path, gzip.compress(body, mtime=0))
+
+
+def read_set(path: Path) -> tuple[dict[str, str], dict[str, list[Recording]]]:
+    """What ``write_set`` kept: its facts, and the recordings by split in their order."""
+    try:
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        by_split: dict[str, list[Recording]] = {}
+        for row in data["recordings"]:
+            split = row.pop("split")
+            by_split.setdefault(split, []).append(Recording(**row))
+        return data["facts"], by_split
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise EdgespecError(f"{path}: not a set of recordings ({e})") from None

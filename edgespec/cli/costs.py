@@ -14,7 +14,9 @@ import sys
 
 from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
 from edgespec.decoding.costs import (
+    CHEAP_UP_TO,
     CostCurve,
+    cheap_sizes,
     describe_model,
     implausible,
     load_or_measure,
@@ -80,10 +82,16 @@ def show(args: argparse.Namespace) -> int:
     curve = CostCurve(max(DEFAULT_MAX_GAMMA + 1, *(int(k) for k in data.get("target", {}) or {"1": 0})))
     curve.load_json(data.get("target", {}))
     one = curve.estimate(1)
-    print("  target pass by tokens verified (ms, and × one token):")
-    for k in _SHOWN_SIZES:
+    measured = {k: curve.estimate(k) for k in range(1, curve.k_max + 1) if curve.measured(k)}
+    cheap = cheap_sizes(measured)
+    print("  target pass by tokens verified (ms, and × one token; cheap: no mix of other sizes beats it)")
+    for k in sorted(set(_SHOWN_SIZES) | set(cheap)):
         if curve.measured(k) and not math.isnan(one):
-            print(f"    {k:3d}: {1000 * curve.estimate(k):8.1f}  ×{curve.estimate(k) / one:5.2f}")
+            mark = "  cheap" if k in cheap else ""
+            print(f"    {k:3d}: {1000 * curve.estimate(k):8.1f}  ×{curve.estimate(k) / one:5.2f}{mark}")
+    if len(cheap) > 1:
+        sizes = ", ".join(map(str, cheap))
+        print(f"  cheap sizes below {CHEAP_UP_TO}: {sizes} tokens (long drafts pay best verified at these)")
     draft_costs = data.get("draft") or {}
     if "1" in draft_costs and not math.isnan(one):
         per_token = float(draft_costs["1"])

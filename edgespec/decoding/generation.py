@@ -319,8 +319,11 @@ class Generation:
             if plan.gamma > 0 and plan.drafter in self.drafters and self.pair.draft is not None:
                 # A drafter that has fallen behind by more than a batch (chosen after plain
                 # steps) catches up a batch per turn; what is left it reads as it drafts.
+                # (The plan's lookups and pricing stay in the step's time: they are what
+                # drafting costs beyond plain decoding, besides its passes.)
+                planned_s = pair.clock() - step_started
                 yield from self._read_ahead(self.drafters[plan.drafter], self.pair.draft.prefill_chunk)
-                step_started = pair.clock()
+                step_started = pair.clock() - planned_s
             draft = yield from self._draft(plan, proposals)
             tokens, sources, step, scores = yield from self._verify(plan, draft)
         except DecodeAborted:

@@ -88,6 +88,10 @@ class AdaptivePolicy:
             # Nothing came near paying at the last plans (_note_idle): decode plainly.
             self.step = StepScratch()
             return Plan("none", 0, reason="idle")
+        behind = self._behind()
+        if behind:
+            self.step = StepScratch()
+            return Plan("none", 0, reason=behind)
         priced = self.choices(view)
         answer.open.extend(priced.opened)
         if priced.model is not None:
@@ -133,15 +137,36 @@ class AdaptivePolicy:
             return True
         return False
 
+    def _risk(self, plain_s: float) -> float:
+        """What a step may lose at worst against plain decoding: the answer's surplus over
+        plain decoding (negative when behind) plus its allowance."""
+        answer = self.answer
+        return pricing.risk_budget(self.tuning, answer.saved_s, answer.tokens, plain_s)
+
+    def _behind(self) -> str:
+        """Why the step decodes plainly without pricing anything, when the answer is so
+        far behind plain decoding that no draft's worst case fits what it may still lose
+        (its allowance grows with every token): each lookup and pricing would only put it
+        further behind. Empty when a draft may fit."""
+        plain = pricing.plain_seconds(self.costs)
+        cheapest = float(pricing.verify_seconds(self.costs, np.array([1]))[0]) - plain
+        risk = self._risk(plain)
+        if risk >= cheapest:
+            return ""
+        return (
+            f"behind plain decoding by {1000 * max(-self.answer.saved_s, 0.0):.1f} ms: "
+            f"plain until a one-token draft's worst case ({1000 * cheapest:.1f} ms) fits"
+        )
+
     def choices(self, view: StepView) -> Priced:
         """Every option for the next step, priced; it changes nothing."""
-        answer, t, costs = self.answer, self.tuning, self.costs
+        answer, costs = self.answer, self.costs
         budget = view.budget
         alone = pricing.plain_seconds(costs)
         shared = pricing.sharing(costs, view.others, view.others_tokens)
         plain = pricing.plain_seconds(costs, shared)
         options = [Choice("none", 0, 1.0 / alone, 1.0, plain)]
-        risk = pricing.risk_budget(t, answer.saved_s, answer.tokens, alone)
+        risk = self._risk(alone)
         cap = min(budget, self.gamma_cap or budget)
         if cap <= 0:
             return Priced(options, [])
@@ -164,7 +189,9 @@ class AdaptivePolicy:
             model = self.model_price(view)
             accept = np.full(cap, self.stats.model)
             row = (verify_row, model.first + return_s, model.per_draft)
-            options.append(self._best("model", accept, row, 1.0, risk, (shared, plain)))
+            # its worst case pays the whole catch-up, where its price shares a prefill out
+            model_risk = risk - (model.catch_up_s - model.first)
+            options.append(self._best("model", accept, row, 1.0, model_risk, (shared, plain)))
         return Priced(options, opened, model)
 
     def _open_proposals(self, view: StepView, cap: int) -> list[OpenProposal]:
@@ -344,11 +371,33 @@ class AdaptivePolicy:
         prefill_s = sum(s for size, s in outcome.draft.decodes if size > self.tuning.prefill_batch)
         self.answer.draft_synced = self.answer.draft_synced or outcome.drafter == "model"
         step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
+        self._learn_surplus(outcome, step_s + prefill_s)
         self._learn_realized(outcome, step_s)
         self._learn_costs(outcome)
         if outcome.drafter == "model":
             self._learn_model(outcome)
         self._judge_open_proposals(outcome.new_tokens)
+
+    def _learn_surplus(self, outcome: StepOutcome, step_s: float) -> None:
+        """What the step gained or lost against plain decoding (``step_s``: all it cost,
+        a prompt prefill of the draft included). Plain decoding is a step with nothing
+        priced, as ``--drafter none`` takes it: its Python is learned from the steps this
+        answer took without pricing. A priced step that decoded plainly still paid its
+        lookups and pricing (on a 34 ms step, half a millisecond is 1.5 %)."""
+        pair, answer = self.pair, self.answer
+        if self.step.chosen is None and outcome.gamma == 0:
+            ema = self.tuning.return_ema
+            bare = pair.bare_overhead
+            pair.bare_overhead = (
+                outcome.overhead_s if bare is None else (1 - ema) * bare + ema * outcome.overhead_s
+            )
+            return
+        if outcome.gamma:
+            bare = self.costs.plain_overhead if pair.bare_overhead is None else pair.bare_overhead
+            plain = pair.steady_plain(self.costs) + bare
+            answer.saved_s += (outcome.accepted + 1) * plain - step_s
+        elif pair.bare_overhead is not None:
+            answer.saved_s -= outcome.overhead_s - pair.bare_overhead
 
     def _learn_realized(self, outcome: StepOutcome, step_s: float) -> None:
         """What the step delivered: the option's realized rate (a trial is not what the
@@ -362,8 +411,6 @@ class AdaptivePolicy:
             )
         answer.tokens += outcome.accepted + 1
         answer.passes += 1
-        if outcome.gamma:
-            answer.saved_s += (outcome.accepted + 1) * pricing.plain_seconds(self.costs) - step_s
         if chosen is not None and chosen.drafter == outcome.drafter and outcome.drafter in LOOKUP_DRAFTERS:
             answer.realized.calibrate(outcome.drafter, chosen.expected - 1.0, outcome.accepted)
         if outcome.drafter != "none" and outcome.drafter not in answer.bans.until:
@@ -385,16 +432,21 @@ class AdaptivePolicy:
         if outcome.shared:
             return
         size = outcome.gamma + 1
-        if size == 1 and answer.plain_since_draft < 2:
+        ema = self.tuning.return_ema
+        if size == 1 and answer.plain_since_draft < 2 and answer.drafted:
             # Signed: on a CPU a slow step and a fast one cancel, where clipping at zero
             # would add their noise up into a price.
             i = answer.plain_since_draft
-            excess = outcome.verify_s - costs.target.estimate(1)
+            excess = outcome.verify_s - self.pair.steady_plain(costs)
             answer.saved_s -= excess  # (what the drafting before it cost these steps)
-            ema = self.tuning.return_ema
             self.pair.return_excess[i] = (1 - ema) * self.pair.return_excess[i] + ema * excess
+        elif size == 1 and answer.plain_since_draft >= 2:
+            # (the first two after the prompt's pass return from it, as plain decoding's do)
+            steady = self.pair.steady_plain(costs)
+            self.pair.steady_plain_s = (1 - ema) * steady + ema * outcome.verify_s
         costs.target.observe(size, outcome.verify_s, repeated=size == answer.last_size)
         answer.plain_since_draft = 0 if size > 1 else min(answer.plain_since_draft + 1, 2)
+        answer.drafted = answer.drafted or size > 1
         answer.last_size = size
 
     def _learn_model(self, outcome: StepOutcome) -> None:

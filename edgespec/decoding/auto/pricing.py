@@ -13,10 +13,12 @@ about k half-tokens past the first, plain steps decoded together already get mos
 drafting would, and a draft pays only where it is nearly sure; on a GPU, where the decode
 costs about the same whatever it holds, drafts are almost free.
 
-A draft longer than one token risks only what the answer can afford: what drafting has
-saved in it so far plus a small share of its plain decoding time. On a steep CPU, where a
-failed 16-token draft costs ten plain steps, an answer drafts long only once its copies
-have paid for the bet; on a GPU the bound never binds.
+A draft risks only what the answer can afford: what it has gained over plain decoding so
+far plus a small share of its plain decoding time. Its worst case, its first draft
+failing, yields the one token a plain step would at the price of its whole step; that
+must fit, however unlikely the estimates make it. On a steep CPU, where a failed 16-token
+draft costs several plain steps, an answer drafts long only once its shorter drafts have
+paid for the bet; on a GPU the bound rarely binds.
 """
 
 from __future__ import annotations
@@ -96,9 +98,10 @@ def step_rates(expected: np.ndarray, seconds: np.ndarray, shared: Sharing | None
 def risk_budget(
     tuning: Tuning, saved_s: float, answer_tokens: int, plain_s: float, floor_tokens: int | None = None
 ) -> float:
-    """The most a draft longer than one token may add to a step whose first token fails:
-    what drafting saved in this answer, plus a share of its plain decoding time (counted
-    over at least ``floor_tokens``, by default ``risk_tokens``)."""
+    """The most a step may lose against plain decoding where its first draft fails: what
+    the answer has gained over plain decoding (``saved_s``, negative when behind), plus a
+    share of its plain decoding time (counted over at least ``floor_tokens``, by default
+    ``risk_tokens``)."""
     floor = tuning.risk_tokens if floor_tokens is None else floor_tokens
     return saved_s + tuning.risk_share * plain_s * max(answer_tokens, floor)
 
@@ -112,35 +115,20 @@ def best_gamma(
     *,
     calibration: float = 1.0,
     fixed_gamma: int | None = None,
-    risk: float = 0.0,
+    risk: float | None = None,
     plain_s: float = 0.0,
     shared: Sharing | None = None,
 ) -> Choice:
     """The best γ for a drafter whose i-th draft is accepted with chance accept[i], at
     ``fixed_cost`` + ``per_draft`` × (γ − 1) seconds of drafting, with ``verify_row[γ-1]``
-    the seconds to verify γ drafts. Only γ whose worst case fits in ``risk``, or else
-    (given ``plain_s``, a plain step's seconds) whose expected loss does, are priced
-    (unless the user fixed γ); ``shared``: the decode the step is expected to share.
-    Runs for every option at every planned step: the arrays are the length of the
-    proposal."""
+    the seconds to verify γ drafts. With ``risk``, only γ whose worst case fits in it are
+    priced (unless the user fixed γ): a step whose first draft fails yields the one token
+    a plain step of ``plain_s`` seconds would, so it loses what it costs beyond that.
+    ``shared``: the decode the step is expected to share. Runs for every option at every
+    planned step: the arrays are the length of the proposal."""
     longest = len(accept) if fixed_gamma is None else min(fixed_gamma, len(accept))
-    if fixed_gamma is None:
-        worst = verify_row[:longest] - verify_row[0]
-        if per_draft:
-            worst = worst + per_draft * np.arange(longest)
-        too_dear = worst > max(risk, 0.0)
-        if too_dear.any():
-            first = int(too_dear.argmax())
-            if plain_s > 0.0 and first < longest:
-                # Where the worst case is too dear, what the evidence expects the draft to
-                # lose decides: a draft behind a long match that keeps holding loses its
-                # worst case rarely, and a bound on the worst case alone would keep it
-                # short in every answer that has not yet saved its price.
-                step_s = verify_row[:longest] + fixed_cost + per_draft * np.arange(longest)
-                loss = expected_loss(accept[:longest], step_s, plain_s)
-                too_dear[first:] = loss[first:] > max(risk, 0.0)
-            if too_dear.any():
-                longest = int(too_dear.argmax())
+    if fixed_gamma is None and risk is not None:
+        longest = min(longest, affordable(verify_row[:longest], fixed_cost, per_draft, plain_s, risk))
     if longest < 1:
         return Choice(drafter, 0, 0.0, 1.0, 1.0)
     # expected_tokens(accept)[γ] - 1, without building the γ = 0 entry
@@ -160,21 +148,16 @@ def best_gamma(
     return Choice(drafter, gamma, float(rates[i]), float(expected[i]), float(seconds[i]))
 
 
-def expected_loss(accept: np.ndarray, step_s: np.ndarray, plain_s: float) -> np.ndarray:
-    """For each γ = 1..len(accept): the expected seconds a step drafting γ tokens (costing
-    ``step_s[γ-1]``) takes beyond plain decoding of the tokens it yields, counting only the
-    outcomes where it does worse than plain decoding. With k drafts accepted (chance
-    c_k·(1 − a_k), c_k the product of the first k acceptances; c_γ for all γ) the step
-    yields k + 1 tokens."""
-    n = len(accept)
-    held = np.concatenate(([1.0], np.cumprod(accept)))  # c_0 .. c_n
-    exactly = held[:-1] * (1.0 - accept)  # P(K = k) for a draft longer than k
-    k = np.arange(n + 1)
-    # loss[g, k]: step g+1 (γ = g+1) with k accepted; outcomes k > γ do not exist
-    loss = np.maximum(step_s[:, None] - (k[None, :] + 1) * plain_s, 0.0)
-    chance = np.where(k[None, :] < (np.arange(n) + 1)[:, None], np.append(exactly, 0.0)[None, :], 0.0)
-    chance[np.arange(n), np.arange(n) + 1] = held[1:]
-    return (loss * chance).sum(axis=1)
+def affordable(
+    verify_row: np.ndarray, fixed_cost: float, per_draft: float, plain_s: float, risk: float
+) -> int:
+    """The longest γ (0 for none) whose worst case, its first draft failing, loses at most
+    ``risk`` seconds against a plain step of ``plain_s``; the worst case grows with γ."""
+    worst = verify_row + fixed_cost - plain_s
+    if per_draft:
+        worst = worst + per_draft * np.arange(len(verify_row))
+    too_dear = worst > risk
+    return int(too_dear.argmax()) if too_dear.any() else len(verify_row)
 
 
 def crossings(view: StepView, proposal: list[int]) -> np.ndarray | None:

@@ -29,6 +29,19 @@ class PairState:
         self.stats = stats or AcceptanceStats(tuning)
         # What the first and the second plain step after drafting cost beyond a plain step.
         self.return_excess = [0.0, 0.0]
+        # A plain step's Python with nothing priced (what ``--drafter none`` pays), learned
+        # from the steps the controller decodes plainly without looking: the yardstick of
+        # what an answer gained or lost against plain decoding. None before any.
+        self.bare_overhead: float | None = None
+        # A single-token pass two or more plain steps after drafting: what plain decoding's
+        # pass costs. (The cost curve's level also learns from the first two after
+        # drafting, which cost more on a GPU: priced by it, plain decoding looks dearer
+        # than it is, and an answer would count gains it never made.) None before any.
+        self.steady_plain_s: float | None = None
+
+    def steady_plain(self, costs: CostModel) -> float:
+        """What a plain step's pass costs, as learned, else as the profile says."""
+        return costs.target.estimate(1) if self.steady_plain_s is None else self.steady_plain_s
 
     @classmethod
     def prepare(
@@ -104,7 +117,9 @@ class AnswerState:
     last_used: dict[str, int] = field(default_factory=dict)  # drafter -> step it last drafted
     idle: int = 0  # plans in a row where nothing came near paying
     idle_until: int = 0  # first step planned again
-    plain_since_draft: int = 2  # plain steps since the last drafting step, up to 2
+    # plain steps since the last multi-token pass (the prompt's, then drafting's), up to 2
+    plain_since_draft: int = 0
+    drafted: bool = False  # a drafting step's pass was decoded in this answer
     last_size: int = 0  # tokens of the last target pass (see CostCurve.observe)
     held: set[str] = field(default_factory=set)  # lookups one of whose copies held long here
     open: deque[OpenProposal] = field(init=False)

@@ -84,8 +84,10 @@ class Tuning:
     waking_run: int = 2  # tokens in a row a looked-at proposal gets right to end the skipping
     waking_match: int = 8  # ... or the n-gram lookup's match length, asked at every skipped step
     # -- what a long draft may risk --------------------------------------------------------
-    risk_share: float = 0.03  # of the answer's plain time, beyond what drafting saved in it
-    risk_tokens: int = 64  # ... counted over at least this many tokens
+    # A step may lose at worst the answer's gain over plain decoding so far plus this share
+    # of its plain time: no answer of risk_tokens or more ends below 1 / (1 + risk_share)
+    risk_share: float = 0.03
+    risk_tokens: int = 16  # ... counted over at least this many tokens (a shorter answer's floor)
     # -- the return to plain decoding (GPUs) -----------------------------------------------
     return_significant: float = 0.1  # priced above this share of a single-token pass
     return_ema: float = 0.3

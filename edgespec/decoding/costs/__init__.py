@@ -15,7 +15,7 @@ split by concern:
 from __future__ import annotations
 
 from edgespec.decoding.costs.costmodel import PROVISIONAL, CostModel
-from edgespec.decoding.costs.curve import CostCurve, implausible
+from edgespec.decoding.costs.curve import CHEAP_UP_TO, CostCurve, cheap_sizes, implausible
 from edgespec.decoding.costs.measure import (
     OtherLoad,
     draft_warmup_sizes,
@@ -37,11 +37,13 @@ from edgespec.decoding.costs.profile import (
 )
 
 __all__ = [
+    "CHEAP_UP_TO",
     "PROFILE_VERSION",
     "PROVISIONAL",
     "CostCurve",
     "CostModel",
     "OtherLoad",
+    "cheap_sizes",
     "describe_model",
     "draft_warmup_sizes",
     "file_identity",

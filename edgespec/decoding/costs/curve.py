@@ -217,3 +217,26 @@ def same_dips(first: dict[int, float], second: dict[int, float]) -> bool:
         (a, b) in before and max(ratio, before[a, b]) <= _SAME_DIP * min(ratio, before[a, b])
         for a, b, ratio in found
     )
+
+
+CHEAP_UP_TO = 17  # cheap sizes are looked for among the sizes every size is measured at
+
+
+def cheap_sizes(points: dict[int, float], most: int = CHEAP_UP_TO) -> list[int]:
+    """The pass sizes below ``most`` that no mix of other sizes beats: the corners of the
+    curve's lower convex hull there. Between two of them every size costs at least the
+    straight line joining them, so a long draft pays best verified at a cheap size; on a
+    curve where 9-15 tokens cost nearly what 16 do, 16 is cheap and 9-15 are not."""
+    hull: list[tuple[int, float]] = []
+    for k in sorted(k for k in points if k <= most):
+        seconds = points[k]
+        # pop the last corner while it lies on or above the line from the one before to k
+        while len(hull) >= 2:
+            (k0, s0), (k1, s1) = hull[-2], hull[-1]
+            if (s1 - s0) * (k - k0) >= (seconds - s0) * (k1 - k0):
+                hull.pop()
+            else:
+                break
+        hull.append((k, seconds))
+    # the window's last size is a corner whatever it costs: not a finding
+    return [k for k, _ in hull if k < most]

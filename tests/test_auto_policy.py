@@ -12,6 +12,7 @@ from synthetic_costs import (
     CPU_TARGET,
     FLAT_TARGET,
     H200_TARGET,
+    LONG_ANSWER,
     NOVEL,
     acceptance_stats,
     banned,
@@ -229,7 +230,7 @@ def test_trials_of_the_draft_model_do_not_count_in_what_its_chosen_steps_realize
     assert not banned(adaptive, "model")
 
 
-UNBOUNDED_TRIALS = dataclasses.replace(DEFAULT, trial_risk_tokens=10**6)
+UNBOUNDED_TRIALS = dataclasses.replace(LONG_ANSWER, trial_risk_tokens=10**6)
 
 
 # -- tuning ---------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def test_an_answer_behind_plain_decoding_decodes_plainly_and_says_so():
     context = [*repeated, 0, *repeated[:10]]
     stats = acceptance_stats()
     stats.lookup["ngram"].hits[:], stats.lookup["ngram"].seen[:] = 400.0, 400.0
-    adaptive = policy(costs(CPU_TARGET, draft_ms=22), ("ngram",), stats=stats)
+    adaptive = policy(costs(CPU_TARGET, draft_ms=22), ("ngram",), stats=stats, tuning=DEFAULT)
     adaptive.costs.plain_overhead = 0.0
     adaptive.observe(StepOutcome("ngram", 16, 0, Draft(tokens=[0] * 16), 0.759, 0.0, [999]))
     assert adaptive.answer.saved_s == pytest.approx(0.058 - 0.759)

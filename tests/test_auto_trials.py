@@ -11,6 +11,7 @@ import numpy as np
 from synthetic_costs import (
     CPU_TARGET,
     F16_TARGET,
+    LONG_ANSWER,
     NOVEL,
     acceptance_stats,
     costs,
@@ -28,7 +29,7 @@ SETTLE_STEPS = DEFAULT.settle_steps
 MAX_EXPLORE_EVERY = DEFAULT.max_explore_every
 # Tests of how trials are scheduled lift the bound on what a trial may risk (tested on its
 # own below): it would space the trials by what each answer can repay.
-UNBOUNDED = dataclasses.replace(DEFAULT, trial_risk_tokens=10**6)
+UNBOUNDED = dataclasses.replace(LONG_ANSWER, trial_risk_tokens=10**6)
 XEON = {1: 86, 2: 118, 5: 123, 9: 224, 17: 267}  # the AMX Xeon's profile (no-amx build), ms
 
 

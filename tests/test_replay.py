@@ -14,11 +14,11 @@ import json
 import numpy as np
 import pytest
 from conftest import REPLAYED_TOKENS
+from synthetic_costs import LONG_ANSWER
 
 from edgespec.bench.corpus import prompt_tokens, select
 from edgespec.bench.recording import cached_record, record
 from edgespec.bench.replay import CURVES, add_ceiling, cost_model, curve_from_costs, replay
-from edgespec.decoding.auto import DEFAULT
 from edgespec.decoding.costs import CostModel
 from edgespec.errors import EdgespecError
 
@@ -68,7 +68,10 @@ def test_a_replay_commits_exactly_the_recorded_answer(pair, recordings, curve):
 
 @pytest.mark.needs_models
 def test_where_verification_is_nearly_free_auto_finds_the_draft_model(pair, recordings):
-    results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS)
+    """(As in answers long enough to afford the draft's reading of the prompt, which the
+    bound on what an answer may lose does not let a 64-token answer risk: the choices are
+    what this pins down; the bound has tests of its own, test_replay_bound.py.)"""
+    results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS, tuning=LONG_ANSWER)
     for prompt in ("chat-explain-interest-2", "math-bakery-1"):
         r = ratios(results, prompt)
         best_fixed = max(r["target only"], r["model γ=2"], r["model γ=4"])
@@ -80,7 +83,8 @@ def test_where_verification_is_nearly_free_auto_finds_the_draft_model(pair, reco
 
 @pytest.mark.needs_models
 def test_where_every_verified_token_is_dear_auto_leaves_the_draft_model_alone(pair, recordings):
-    results = replay(recordings, pair.target, pair.draft, CURVES["cpu"], CONFIGS)
+    """(As in a long answer, like the test above.)"""
+    results = replay(recordings, pair.target, pair.draft, CURVES["cpu"], CONFIGS, tuning=LONG_ANSWER)
     for prompt in ("chat-explain-interest-2", "math-bakery-1"):
         r = ratios(results, prompt)
         assert r["model γ=4"] < 0.8, r  # the draft cannot pay on this curve
@@ -95,7 +99,7 @@ def test_the_replay_shows_a_controller_that_never_tries_the_draft(pair, recordin
     """The GPU test above can fail: a controller that never tries the draft (its best case
     below plain decoding) and asks ten times plain decoding's rate before choosing it never
     chooses it, and stays below the draft model's speed where the draft pays."""
-    timid = dataclasses.replace(DEFAULT, optimistic=0.3, model_gain=10.0)
+    timid = dataclasses.replace(LONG_ANSWER, optimistic=0.3, model_gain=10.0)
     results = replay(recordings, pair.target, pair.draft, CURVES["gpu"], CONFIGS, tuning=timid)
     r = ratios(results, "chat-explain-interest-2")
     assert results["chat-explain-interest-2"]["auto"].steps["model"] == 0

@@ -153,10 +153,10 @@ class AdaptivePolicy:
         risk = self._risk(plain)
         if risk >= cheapest:
             return ""
-        return (
-            f"behind plain decoding by {1000 * max(-self.answer.saved_s, 0.0):.1f} ms: "
-            f"plain until a one-token draft's worst case ({1000 * cheapest:.1f} ms) fits"
-        )
+        worst = f"a one-token draft's worst case ({1000 * cheapest:.1f} ms)"
+        if self.answer.saved_s < 0.0:
+            return f"behind plain decoding by {-1000 * self.answer.saved_s:.1f} ms: plain until {worst} fits"
+        return f"plain until the answer's allowance ({1000 * risk:.1f} ms) covers {worst}"
 
     def choices(self, view: StepView) -> Priced:
         """Every option for the next step, priced; it changes nothing."""

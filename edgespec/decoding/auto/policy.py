@@ -386,11 +386,7 @@ class AdaptivePolicy:
         lookups and pricing (on a 34 ms step, half a millisecond is 1.5 %)."""
         pair, answer = self.pair, self.answer
         if self.step.chosen is None and outcome.gamma == 0:
-            ema = self.tuning.return_ema
-            bare = pair.bare_overhead
-            pair.bare_overhead = (
-                outcome.overhead_s if bare is None else (1 - ema) * bare + ema * outcome.overhead_s
-            )
+            pair.learn_bare_overhead(outcome.overhead_s)
             return
         if outcome.gamma:
             bare = self.costs.plain_overhead if pair.bare_overhead is None else pair.bare_overhead
@@ -442,8 +438,7 @@ class AdaptivePolicy:
             self.pair.return_excess[i] = (1 - ema) * self.pair.return_excess[i] + ema * excess
         elif size == 1 and answer.plain_since_draft >= 2:
             # (the first two after the prompt's pass return from it, as plain decoding's do)
-            steady = self.pair.steady_plain(costs)
-            self.pair.steady_plain_s = (1 - ema) * steady + ema * outcome.verify_s
+            self.pair.learn_steady_plain(costs, outcome.verify_s)
         costs.target.observe(size, outcome.verify_s, repeated=size == answer.last_size)
         answer.plain_since_draft = 0 if size > 1 else min(answer.plain_since_draft + 1, 2)
         answer.drafted = answer.drafted or size > 1

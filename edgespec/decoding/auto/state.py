@@ -39,6 +39,17 @@ class PairState:
         # than it is, and an answer would count gains it never made.) None before any.
         self.steady_plain_s: float | None = None
 
+    def learn_bare_overhead(self, seconds: float) -> None:
+        """A step that priced nothing took ``seconds`` of Python (the first one seen
+        starts the moving average)."""
+        old, ema = self.bare_overhead, self.tuning.return_ema
+        self.bare_overhead = seconds if old is None else (1 - ema) * old + ema * seconds
+
+    def learn_steady_plain(self, costs: CostModel, seconds: float) -> None:
+        """A steady plain step's pass took ``seconds`` (moving from the profile's price)."""
+        ema = self.tuning.return_ema
+        self.steady_plain_s = (1 - ema) * self.steady_plain(costs) + ema * seconds
+
     def steady_plain(self, costs: CostModel) -> float:
         """What a plain step's pass costs, as learned, else as the profile says."""
         return costs.target.estimate(1) if self.steady_plain_s is None else self.steady_plain_s

@@ -168,8 +168,7 @@ class EdgeSpec:
         OpenAI tools list) and template switches (Qwen3's ``enable_thinking``) go to the
         template; messages may carry assistant ``tool_calls`` and ``tool`` results."""
         if isinstance(prompt, str):
-            if not prompt.strip():
-                raise RequestError("the prompt is empty", "prompt")
+            check_prompt_text(prompt)
             if not chat:
                 return self.target.tokenize(prompt, add_special=True)
             prompt = [{"role": "user", "content": prompt}]
@@ -211,8 +210,10 @@ class EdgeSpec:
         logprobs, grammar, json_schema, json_object: see ``settings_from``) build the
         settings when none are given. ``prediction`` is the text the answer is expected to
         be (OpenAI's Predicted Outputs): the copy drafters propose from it; the answer
-        stays exactly the target's. A refusal is a ``RequestError`` naming the field."""
+        stays exactly the target's. A refusal is a ``RequestError`` naming the field:
+        here what needs the loaded target, in ``GenerationSettings`` the rest."""
         settings = settings or settings_from(**sampling)
+        settings.penalties.check_tokens(self.target.n_vocab)
         if prediction:
             settings = replace(
                 settings, prediction=tuple(self.target.tokenize(prediction, add_special=False))
@@ -371,6 +372,12 @@ def note_context_cap(target: Model, asked: int) -> None:
         )
 
 
+def check_prompt_text(text: str) -> None:
+    """The one rule on a prompt given as text: something besides white space."""
+    if not text.strip():
+        raise RequestError("the prompt is empty", "prompt")
+
+
 def _is_messages(prompt: object) -> bool:
     return isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt)
 
@@ -379,13 +386,8 @@ def constraint_from(
     grammar: str | GrammarSpec | None, json_schema: dict | None, json_object: bool
 ) -> GrammarSpec | None:
     """The grammar an answer must follow, from the one way it was given (or None)."""
-    given = [
-        name for name, value in (("grammar", grammar), ("json schema", json_schema)) if value is not None
-    ]
-    if json_object:
-        given.append("json object")
-    if len(given) > 1:
-        raise EdgespecError(f"give one constraint, not {' and '.join(given)}")
+    given = {"grammar": grammar, "json_schema": json_schema, "json_object": json_object or None}
+    one_constraint([name for name, value in given.items() if value is not None])
     if isinstance(grammar, GrammarSpec):
         return grammar
     if grammar is not None:
@@ -395,3 +397,10 @@ def constraint_from(
     if json_object:
         return GrammarSpec(json_object_grammar())
     return None
+
+
+def one_constraint(given: list[str]) -> None:
+    """The one rule on constraints: at most one shapes an answer. ``given`` names the
+    fields that were set, in the front end's own words (the server's are its wire's)."""
+    if len(given) > 1:
+        raise RequestError(f"give one constraint, not {' and '.join(given)}", given[1])

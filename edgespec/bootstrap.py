@@ -15,10 +15,10 @@ Runs with the system Python and the standard library only (nothing is installed 
 4. the default model pair pulled and verified (``edgespec models pull --default``);
 5. the smoke check: a real greedy decode in a separate process. A build that crashes or
    answers wrong is marked failed in its cache directory and replaced, once, by a portable
-   build;
-6. with ``--browser`` (the test set-up): Debian's Chromium for the browser test, where it
-   can be installed, and llama.cpp's sources unpacked from the sdist (no build) for the
-   tests that read its real chat templates.
+   build.
+
+The test set-up's own steps (a browser, llama.cpp's sources) are not the package's:
+``make setup-test`` runs ``lab/setup_tests.py`` after this.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from edgespec.host import home
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 LLAMA_CPP_VERSION = "0.3.36"
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def say(message: str) -> None:
@@ -388,36 +387,10 @@ def ensure_models() -> None:
     run([str(VENV / "bin" / "edgespec"), "models", "pull", "--default"])
 
 
-def ensure_browser() -> None:
-    if CHROMIUM.exists():
-        return
-    if shutil.which("apt-get") is None:
-        say("no apt-get here: the browser test will be skipped")
-        return
-    prefix = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    say("installing Debian's chromium for the browser test")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in ([*prefix, "apt-get", "update", "-qq"],
-                [*prefix, "apt-get", "install", "-y", "-qq", "chromium"]):  # fmt: skip
-        if subprocess.run(cmd, env=env, check=False, stdout=subprocess.DEVNULL).returncode != 0:
-            say(f"'{' '.join(cmd)}' failed: the browser test will be skipped")
-            return
-
-
 def llama_cpp_source() -> Path:
     """Where llama.cpp's sources, as the llama-cpp-python sdist vendors them, are unpacked
-    in the cache (``edgespec.bench.llamacpp.vendored_source`` unpacks them)."""
+    in the cache (the test set-up unpacks them, ``make setup-test``)."""
     return home() / "llama.cpp" / f"src-{LLAMA_CPP_VERSION}" / "vendor" / "llama.cpp"
-
-
-def ensure_llama_cpp_source() -> None:
-    """The tests check the reasoning parser on the chat templates llama.cpp ships: its
-    sources are unpacked into the cache once (no build)."""
-    if (llama_cpp_source() / "CMakeLists.txt").is_file():
-        return
-    code = "from edgespec.bench.llamacpp import vendored_source; vendored_source()"
-    if subprocess.run([str(venv_python()), "-c", code], check=False).returncode != 0:
-        say("llama.cpp's sources could not be fetched: the real-template tests will be skipped")
 
 
 def llama_spec() -> str:
@@ -479,7 +452,6 @@ def verify_build(build: Build, wheel: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--browser", action="store_true", help="also install Chromium for UI tests")
     parser.add_argument("--no-models", action="store_true", help="skip pulling the default models")
     args = parser.parse_args()
     started = time.monotonic()
@@ -492,9 +464,6 @@ def main() -> None:
     if not args.no_models:
         ensure_models()
         verify_build(build, wheel)
-    if args.browser:
-        ensure_browser()
-        ensure_llama_cpp_source()
     say(f"ready in {time.monotonic() - started:.1f} s")
 
 

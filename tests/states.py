@@ -32,7 +32,7 @@ def start_from_prefill(lm: EdgeSpec, tokens: list[int], base: int | None = None)
     (``tokens[:base]`` is the prompt) is read from the prompt's own state, the continuation
     in one batch: near-ties part at other places on other machines and thread counts, and
     each would otherwise read the whole prompt again."""
-    models = [m for m in (lm.target, lm.draft) if m is not None]
+    models = [m.sequence(0) for m in (lm.target, lm.draft) if m is not None]
     kept = _kept.setdefault(lm, OrderedDict())
     key = tuple(tokens)
     if key not in kept:

@@ -1,4 +1,4 @@
-"""The agents check (``python -m edgespec.bench.agents``) without the agents or a model: its
+"""The agents check (``python -m lab.agents``) without the agents or a model: its
 recording proxy in front of a small stand-in HTTP server on loopback (bytes through
 unchanged, streaming without buffering, status, times, tool flags and errors recorded for
 Anthropic- and Responses-shaped bodies), its data file, one run of a stand-in "agent" (a
@@ -20,8 +20,8 @@ from typing import ClassVar
 
 import pytest
 
-from edgespec.bench.agent_proxy import Exchange, RecordingProxy, carries_tool_result, scan_answer
-from edgespec.bench.agent_runs import (
+from lab.agent_proxy import Exchange, RecordingProxy, carries_tool_result, scan_answer
+from lab.agent_runs import (
     Agent,
     RunResult,
     Task,
@@ -31,7 +31,7 @@ from edgespec.bench.agent_runs import (
     load_spec,
     run_agent,
 )
-from edgespec.bench.agents import RunReport, exit_code, render, request_table, write_json
+from lab.agents import RunReport, exit_code, render, request_table, write_json
 
 PIECE_GAP_S = 0.3  # between the stand-in's SSE pieces: long enough to tell streaming from buffering
 

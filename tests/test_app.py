@@ -340,7 +340,7 @@ def test_drafter_choices_come_from_the_registry_with_auto_first():
     assert drafter_choices(has_draft=True)[0] == AUTO
     without = drafter_choices(has_draft=False)
     assert "copy" in without and NONE in without
-    assert not any(name in REGISTRY and REGISTRY[name].kind == "model" for name in without)
+    assert not any(name in REGISTRY and REGISTRY[name].needs_model for name in without)
     help_text = drafter_help(list(CHOICES))
     assert all(f"**{name}**: {CHOICE_HELP[name]}" in help_text for name in CHOICES)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import EdgeSpec
-from edgespec.bench.app_cost import unfold
 from edgespec.decoding.drafters import CHOICES, NONE_COLOUR, REGISTRY
 from edgespec.ui.figures import DRAFTED_NAME, NO_DRAFT_NAME
 from edgespec.ui.layout import build_app, launch_app
+from lab.app_cost import unfold
 
 pytestmark = [
     pytest.mark.slow,

@@ -8,9 +8,9 @@ import tomllib
 
 import pytest
 
-from edgespec.bench.app_cost import DECODE, EDITS, Pairing, edit_prompts
 from edgespec.decoding.events import Stats
 from edgespec.ui.text import final_stats_markdown
+from lab.app_cost import DECODE, EDITS, Pairing, edit_prompts
 
 
 def test_the_decode_rate_is_read_from_the_stats_the_app_shows() -> None:

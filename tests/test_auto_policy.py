@@ -313,3 +313,22 @@ def test_what_an_answer_gained_is_counted_against_plain_decoding_as_none_takes_i
     before = answer.saved_s
     adaptive.observe(StepOutcome("none", 0, 0, plain, 0.0048, 0.0001, [0]))  # the return: 3 ms dearer
     assert answer.saved_s == pytest.approx(before - (0.0048 - steady), abs=1e-9)
+
+
+def test_a_shared_drafting_step_is_counted_against_plain_decoding_at_once():
+    """Beside other answers, plain decoding is each answer's share of a decode of all their
+    single tokens (``--drafter none`` at once): on this CPU 4 tokens cost 202 ms, not 4 x
+    58. Counted against a plain step alone, a drafting step would credit the batch's own
+    saving to drafting, and the risk budget would grow with gains never made."""
+    saved = {}
+    for others in (0, 3):
+        adaptive = policy(costs(CPU_TARGET, draft_ms=20), ("ngram",))
+        adaptive.costs.plain_overhead = 0.0
+        adaptive.pair.bare_overhead = 0.0
+        plan(adaptive, [*range(500, 540), 1, *range(500, 504)])
+        step = StepOutcome("ngram", 4, 4, Draft(tokens=[0] * 4), 0.2, 0.0, [0] * 5, shared_with=others)
+        adaptive.observe(step)
+        steady = adaptive.pair.steady_plain(adaptive.costs)
+        saved[others] = adaptive.answer.saved_s
+    assert saved[0] == pytest.approx(5 * steady - 0.2)
+    assert saved[3] == pytest.approx(5 * steady * 202 / (4 * 58) - 0.2)

@@ -21,7 +21,7 @@ from edgespec.decoding.events import Done, Step, Token
 from edgespec.decoding.policy import FixedPolicy
 from edgespec.decoding.request import GenerationSettings, Request
 from edgespec.decoding.turns import PAUSE
-from edgespec.runtime.model import DecodeYielded, LoadOptions, Model
+from edgespec.runtime.model import DecodeAborted, DecodeYielded, LoadOptions, Model
 
 pytestmark = pytest.mark.needs_models
 
@@ -42,9 +42,8 @@ def target(target_path: Path) -> Model:
 def prefill(model: Model) -> list[list[int]]:
     prompts = [model.tokenize(text) for text in PROMPTS]
     for seq, tokens in enumerate(prompts):
-        model.use(seq)
-        model.reset()
-        model.decode(tokens, 1)
+        model.sequence(seq).reset()
+        model.sequence(seq).decode(tokens, 1)
     return prompts
 
 
@@ -54,9 +53,8 @@ def test_each_pass_in_a_shared_decode_gets_its_own_rows(target: Model) -> None:
     passes = [(seq, target.tokenize(text, add_special=False)) for seq, text in enumerate(more)]
     alone = []
     for seq, tokens in passes:
-        target.use(seq)
-        alone.append(target.decode(tokens, len(tokens)).copy())
-        target.keep(len(prompts[seq]))
+        alone.append(target.sequence(seq).decode(tokens, len(tokens)).copy())
+        target.sequence(seq).keep(len(prompts[seq]))
     # Asked out of order: the rows still come back in the order asked.
     shared = target.decode_passes(list(reversed(passes)))[::-1]
     for (seq, tokens), rows, reference in zip(passes, shared, alone, strict=True):
@@ -64,9 +62,8 @@ def test_each_pass_in_a_shared_decode_gets_its_own_rows(target: Model) -> None:
         assert (rows.argmax(axis=1) == reference.argmax(axis=1)).all()
         # Batch shapes round differently (0.3 here); another sequence's rows differ by about 20.
         assert np.abs(rows - reference).max() < 2.0
-        assert target.sequence_tokens(seq) == prompts[seq] + tokens
-        target.use(seq)
-        assert target.cache_span() == (0, len(prompts[seq]) + len(tokens) - 1)
+        assert target.sequence(seq).tokens == prompts[seq] + tokens
+        assert target.sequence(seq).cache_span() == (0, len(prompts[seq]) + len(tokens) - 1)
 
 
 def test_a_pass_alone_keeps_its_rows_past_the_next_decode(target: Model) -> None:
@@ -75,8 +72,7 @@ def test_a_pass_alone_keeps_its_rows_past_the_next_decode(target: Model) -> None
     prefill(target)
     rows = target.decode_passes([(0, target.tokenize(" Wednesday", add_special=False))])[0]
     kept = rows.copy()
-    target.use(1)
-    target.decode(target.tokenize(" b", add_special=False), 1)
+    target.sequence(1).decode(target.tokenize(" b", add_special=False), 1)
     assert np.array_equal(rows, kept)
 
 
@@ -86,8 +82,8 @@ def test_a_pass_that_does_not_fit_is_refused_and_nothing_is_decoded(target: Mode
     with pytest.raises(ValueError, match="does not fit"):
         target.decode_passes([(0, [5]), (2, too_long)])
     for seq, tokens in enumerate(prompts):
-        target.use(seq)
-        assert target.tokens == tokens and target.cache_span() == (0, len(tokens) - 1)
+        held = target.sequence(seq)
+        assert held.tokens == tokens and held.cache_span() == (0, len(tokens) - 1)
 
 
 def test_answers_at_once_share_their_passes_and_answer_as_they_do_alone(target: Model) -> None:
@@ -118,14 +114,13 @@ def test_a_draft_model_step_of_several_sequences_gives_each_its_last_row(draft: 
     passes = [(seq, draft.tokenize(text, add_special=False)) for seq, text in enumerate(more)]
     alone = []
     for seq, tokens in passes:
-        draft.use(seq)
-        alone.append(draft.decode(tokens, 1).copy())
-        draft.keep(len(prompts[seq]))
+        alone.append(draft.sequence(seq).decode(tokens, 1).copy())
+        draft.sequence(seq).keep(len(prompts[seq]))
     shared = draft.decode_passes(passes, last=True)
     for (seq, tokens), row, reference in zip(passes, shared, alone, strict=True):
         assert row.shape == (1, draft.n_vocab) and row.argmax() == reference.argmax()
         assert np.abs(row - reference).max() < 2.0
-        assert draft.sequence_tokens(seq) == prompts[seq] + tokens
+        assert draft.sequence(seq).tokens == prompts[seq] + tokens
 
 
 def test_answers_drafting_at_once_share_the_draft_models_steps(target: Model, draft: Model) -> None:
@@ -179,8 +174,7 @@ def at_once(engine: Engine, requests: list[Request], policy=None) -> list[Done]:
 def empty(engine: Engine, sequences: int) -> None:
     for model in (engine.target, engine.draft):
         for seq in range(sequences if model is not None else 0):
-            model.use(seq)
-            model.reset()
+            model.sequence(seq).reset()
 
 
 def answer(engine: Engine, request: Request, seq: int, policy=None) -> Done:
@@ -195,13 +189,17 @@ def test_the_draft_model_reads_a_long_prompt_a_batch_per_turn(pair) -> None:
     from edgespec.decoding.drafters import AnswerSetup
     from edgespec.decoding.drafters.model import ModelDrafter
 
-    draft = pair.draft
-    draft.use(0)
+    draft = pair.draft.sequence(0)
     draft.reset()
-    drafter = ModelDrafter(draft, pair.target)
+    drafter = ModelDrafter(pair.draft, pair.target)
     drafter.begin(
         AnswerSetup(
-            prompt=[], prediction=[], constraint=None, cancel=threading.Event(), clock=time.perf_counter
+            prompt=[],
+            prediction=[],
+            constraint=None,
+            cancel=threading.Event(),
+            clock=time.perf_counter,
+            sequence=draft.seq,
         )
     )
     context = pair.target.tokenize("Tell me about the sea. " * 40)
@@ -218,12 +216,11 @@ def raw_turns(pair, answer) -> list[str]:
     """An unthreaded answer's steps as the engine thread would see them, each named:
     "token", "step", or "pause:N" (its turn ends, the draft model N tokens in)."""
     seen: list[str] = []
-    with answer.bound():
-        for item in answer._run():
-            if item is PAUSE:
-                seen.append(f"pause:{len(pair.draft.tokens)}")
-            elif isinstance(item, Token | Step):
-                seen.append(type(item).__name__.lower())
+    for item in answer._run():
+        if item is PAUSE:
+            seen.append(f"pause:{len(pair.draft.sequence(answer.sequence).tokens)}")
+        elif isinstance(item, Token | Step):
+            seen.append(type(item).__name__.lower())
     return seen
 
 
@@ -244,7 +241,7 @@ HILLS = "Tell me about the hills. " * 50
 
 def test_the_first_token_ends_its_turn_before_the_draft_model_reads_the_prompt(pair) -> None:
     """So a new answer's first token reaches its reader after the target's prefill alone."""
-    pair.draft.reset()
+    pair.draft.sequence(0).reset()
     request = pair.request(HILLS, drafter="model", gamma=3, max_tokens=4)
     answer = pair.start(request)
     seen = raw_turns(pair, answer)
@@ -259,7 +256,7 @@ def test_the_first_token_ends_its_turn_before_the_draft_model_reads_the_prompt(p
 def test_a_draft_model_chosen_late_catches_up_a_batch_per_turn(pair) -> None:
     """What lets other answers step while the draft model reads a context it was not
     reading (``auto`` chooses it after plain steps)."""
-    pair.draft.reset()
+    pair.draft.sequence(0).reset()
     request = pair.request(HILLS, drafter="model", gamma=3, max_tokens=4)
     answer = pair.start(request)
     answer.policy.prefill_draft = False  # as ``auto``: the draft model is not read ahead
@@ -273,46 +270,42 @@ def test_a_draft_model_chosen_late_catches_up_a_batch_per_turn(pair) -> None:
 
 
 def test_a_prompt_batch_yields_to_an_arrival_and_reads_the_same_again(target: Model) -> None:
-    """A yielding batch stops when another answer arrives, keeping nothing; read again, it
-    gives the state it would have given; a decode with outputs never yields."""
+    """A batch given an arrival stops once it is set, keeping nothing; read again, it gives
+    the state it would have given; a decode with outputs never yields."""
     arrival = threading.Event()
-    target.yield_to(arrival)
     tokens = target.tokenize("The lighthouse keeper counted the ships. " * 12)[:128]
-    target.use(0)
-    target.reset()
-    target.decode(tokens[:-1], 0)
-    reference = target.decode(tokens[-1:], 1).copy()
-    target.reset()
+    sequence = target.sequence(0)
+    sequence.reset()
+    sequence.decode(tokens[:-1], 0)
+    reference = sequence.decode(tokens[-1:], 1).copy()
+    sequence.reset()
     arrival.set()
-    try:
-        with pytest.raises(DecodeYielded):
-            target.decode(tokens[:-1], 0, yielding=True)
-        assert target.tokens == []
-        target.decode(tokens[:-1], 0)  # not yielding: read whole, the arrival set or not
-        again = target.decode(tokens[-1:], 1, yielding=True)  # outputs: it never yields
-    finally:
-        target.yield_to(threading.Event())
-    assert target.tokens == tokens
+    with pytest.raises(DecodeYielded):
+        sequence.decode(tokens[:-1], 0, arrival=arrival)
+    assert sequence.tokens == [] and sequence.cache_span() == (-1, -1)
+    sequence.decode(tokens[:-1], 0)  # none given: read whole, whatever arrived
+    again = sequence.decode(tokens[-1:], 1, arrival=arrival)  # outputs: it never yields
+    assert sequence.tokens == tokens
     assert np.array_equal(again, reference)
 
 
-def test_an_unthreaded_engine_leaves_what_the_batches_yield_to(target: Model) -> None:
-    """The benchmark's recordings and ceilings make unthreaded engines over the models a
-    threaded one drives: the threaded engine's arrivals still stop its prompt batches."""
-    engine = Engine(target, threaded=True)
-    try:
-        Engine(target)
-        tokens = target.tokenize("The lighthouse keeper counted the ships. " * 12)[:100]
-        target.use(0)
-        target.reset()
-        engine.turn.arrival.set()
-        with pytest.raises(DecodeYielded):
-            target.decode(tokens, 0, yielding=True)
-    finally:
-        engine.turn.arrival.clear()
-        engine.turn.close()
-        target.yield_to(threading.Event())
-    assert target.tokens == []
+def test_a_long_decode_stops_with_the_cancel_token_given_with_it_only(target: Model) -> None:
+    """The abort callback reads the token of the decode in flight: a set one stops it,
+    nothing kept, and no other sequence is touched; the next decode, given none, runs
+    whole (the model remembers no token)."""
+    tokens = target.tokenize("The lighthouse keeper counted the ships. " * 12)[:100]
+    cancel = threading.Event()
+    first, second = target.sequence(0), target.sequence(1)
+    first.reset()
+    second.reset()
+    first.decode(tokens, 0, cancel=cancel)
+    cancel.set()
+    with pytest.raises(DecodeAborted):
+        second.decode(tokens, 0, cancel=cancel)
+    assert second.tokens == [] and second.cache_span() == (-1, -1)
+    assert first.tokens == tokens and first.cache_span() == (0, len(tokens) - 1)
+    second.decode(tokens, 0)
+    assert second.cache_span() == (0, len(tokens) - 1)
 
 
 def test_an_answer_whose_batches_yield_reads_each_again_and_answers_the_same(pair) -> None:
@@ -324,17 +317,13 @@ def test_an_answer_whose_batches_yield_reads_each_again_and_answers_the_same(pai
     expected = raw_turns(pair, plain)
     expected_text = plain.text.text
     fresh(pair)
-    arrival = threading.Event()
-    models = [pair.target, pair.draft]
-    for model in models:
-        model.yield_to(arrival)
+    arrival = pair.engine.turn.arrival  # (unthreaded, nothing else sets it)
     arrival.set()
     try:
         answer = pair.start(pair.request(text, drafter="none", max_tokens=8))
         seen = raw_turns(pair, answer)
     finally:
-        for model in models:
-            model.yield_to(threading.Event())
+        arrival.clear()
     batches_read = expected.index("token")  # a pause after each batch but the last
     assert seen[: 2 * batches_read] == ["pause:0"] * (2 * batches_read) and batches_read >= 2
     assert seen[2 * batches_read :] == expected[batches_read:]

@@ -4,19 +4,21 @@ behind the f16 regime (on the real SmolLM2 model), and bad input on the command 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
-from conftest import run_cli
+from conftest import REPO, run_cli
 from test_models_cli import one_error_line
 
 from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.bench.corpus import CATEGORIES, CORPUS, EDIT_KINDS, KINDS, select
-from edgespec.bench.llamacpp import ReferenceRun
 from edgespec.bench.prompts import PROMPTS, REPRESENTATIVE
 from edgespec.bench.regimes import pair_for
 from edgespec.bench.runner import (
@@ -29,13 +31,14 @@ from edgespec.bench.runner import (
     run_benchmark,
     with_baselines,
 )
-from edgespec.cli.bench import _near, bars, noise_line
+from edgespec.cli.bench import bars, near, noise_line
 from edgespec.cli.generate import summary_line
 from edgespec.decoding.events import Done, Stats
 from edgespec.errors import EdgespecError
 from edgespec.models.resolve import resolve
 from edgespec.models.store import read_stamp
 from edgespec.runtime.quantize import derived_path, quantize, source_key
+from lab.llamacpp import LLAMACPP, ReferenceRun, load_bars, loop_bars
 
 # -- the corpus ------------------------------------------------------------------------------
 
@@ -180,9 +183,11 @@ def test_bars_name_the_slow_prompt_and_the_category():
 
 def test_auto_is_held_to_the_best_llama_cpp_loop_per_prompt_and_per_category():
     """Each prompt against whichever of llama.cpp's loops did best on it; the category
-    against the loop with the best geometric mean there."""
+    against the loop with the best geometric mean there (the lab's bars, added to the
+    package's)."""
     report = synthetic_report()  # auto: a ×1.5, b ×0.5
-    simple, mod = ALL_CONFIGS["llama.cpp ngram-simple"], ALL_CONFIGS["llama.cpp ngram-mod"]
+    simple, mod = LLAMACPP[0], LLAMACPP[1]
+    assert (simple.label, mod.label) == ("llama.cpp ngram-simple", "llama.cpp ngram-mod")
     report.configs += [simple, mod]
     loop_ratios = {
         (simple.label, "a"): 1.2,
@@ -194,7 +199,9 @@ def test_auto_is_held_to_the_best_llama_cpp_loop_per_prompt_and_per_category():
         for repeat in range(3):
             base = report.run_of(prompt, BASELINE.label, repeat)
             report.runs.append(make_run(prompt, label, repeat, base.decode_tps * ratio))
-    found = dict((text, ok) for ok, text in bars(report, report.summary()))
+    more = functools.partial(loop_bars, b=load_bars())
+    found = dict((text, ok) for ok, text in bars(report, report.summary(), more_bars=more))
+    assert not any("llama.cpp" in text for _, text in bars(report, report.summary()))
     # a: 1.5 / 1.6 (ngram-mod is best there); b: 0.5 / 0.45
     assert found["a: auto ×0.94 of llama.cpp's best loop on it (llama.cpp ngram-mod; bar ≥ 1.00)"] is False
     assert found["b: auto ×1.11 of llama.cpp's best loop on it (llama.cpp ngram-mod; bar ≥ 1.00)"] is True
@@ -235,9 +242,9 @@ def test_answers_without_a_drafting_step_measure_the_run_s_noise():
 
 
 def test_a_ratio_just_below_its_bar_is_not_printed_as_the_bar():
-    assert _near(0.9696, 0.97) == "0.969"  # "×0.97 … bar ≥ 0.97 [FAIL]" would read as a mistake
-    assert _near(0.9704, 0.97) == "0.97"
-    assert _near(1.2345, 0.97) == "1.23"
+    assert near(0.9696, 0.97) == "0.969"  # "×0.97 … bar ≥ 0.97 [FAIL]" would read as a mistake
+    assert near(0.9704, 0.97) == "0.97"
+    assert near(1.2345, 0.97) == "1.23"
 
 
 def test_baselines_are_added_for_every_temperature():
@@ -343,12 +350,32 @@ def test_cpu_regime_loads_what_it_was_given():
         (["--repeats", "0"], "--repeats of at least 1"),
         (["--prompts", "no-such-prompt"], "unknown prompt id 'no-such-prompt'"),
         (["--configs", "model γ=99"], "unknown configuration 'model γ=99'"),
-        (["--configs", "auto", "llama.cpp ngram-mod"], "need the tool: add --llamacpp"),
+        (["--configs", "auto", "llama.cpp ngram-mod"], "unknown configuration 'llama.cpp ngram-mod'"),
         (["--categories", "poetry"], "unknown category 'poetry'"),
         (["--split", "half"], "invalid choice"),
-        (["--app", "none", "--regime", "f16"], "--app measures the default pair"),
+        (
+            ["--app", "none"],
+            "--app moved out of the package: from a checkout of edgespec, run python -m lab.app_cost",
+        ),
+        (["--llamacpp"], "run python -m lab.llamacpp bench"),
+        (["--llamacpp-build"], "run python -m lab.llamacpp build"),
         (["--parallel", "1"], "--parallel needs at least 2 answers"),
     ],
 )
 def test_bench_bad_input_is_one_line(args, fragment):
     one_error_line(run_cli("bench", *args, timeout=120), fragment)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["bench", "--binary", "/nonexistent/llama-speculative-simple"], "no llama.cpp tool at /nonexistent"),
+        (["bench", "--binary", sys.executable, "--sessions"], "are edgespec bench's own"),
+        (["bench", "--binary", sys.executable, "--configs", "llama.cpp ngram-mod", "--max-tokens", "1"],
+         "--max-tokens of at least 2"),
+    ],
+)  # fmt: skip
+def test_lab_llamacpp_bad_input_is_one_line(args, fragment):
+    """The lab's llama.cpp reference, from a checkout, before any model loads."""
+    command = [sys.executable, "-m", "lab.llamacpp", *args]
+    one_error_line(subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO), fragment)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from edgespec.errors import RequestError
 from tests.conftest import run_cli
 
 SCHEMA = {
@@ -56,3 +57,27 @@ def test_a_grammar_that_does_not_parse_names_the_reason(tmp_path):
     result = run_cli("generate", "--prompt", "hi", "--grammar", str(grammar))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "maybe" in result.stderr
+
+
+@pytest.mark.needs_models
+def test_a_logit_bias_outside_the_vocabulary_is_refused_alike_by_cli_and_api(pair):
+    """The command and the Python API go through one request builder: a token id past the
+    target's vocabulary is the same one-line refusal, never a bias silently dropped."""
+    result = run_cli(
+        "generate", "--prompt", "hi", "--logit-bias", "99999999=5", "--draft", "none", "--drafter", "none",
+        "--gamma", "0", "--max-tokens", "1", "--ctx", "512",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    n_vocab = pair.target.n_vocab
+    assert "99999999" in lines[0] and f"vocabulary of {n_vocab} tokens" in lines[0]
+    with pytest.raises(RequestError) as made:
+        pair.request("hi", logit_bias={99999999: 5.0})
+    assert made.value.param == "logit_bias"
+    assert lines[0] == f"edgespec: error: {made.value}"
+    with pytest.raises(RequestError, match="outside the vocabulary"):
+        next(pair.stream("hi", logit_bias={n_vocab: 5.0}, max_tokens=1))
+    # The last id of the vocabulary is one: banned, it is never the answer.
+    last = n_vocab - 1
+    assert last not in pair.generate("hi", logit_bias={last: -100.0}, max_tokens=2).token_ids

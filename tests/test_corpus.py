@@ -28,6 +28,7 @@ from edgespec.bench.replay import CURVES, CURVES_FILE, Curve, load_curves
 from edgespec.cli.bench import BARS, BARS_FILE, load_bars
 from edgespec.decoding.grammar import GrammarSpec
 from edgespec.errors import EdgespecError
+from lab import llamacpp as lab_llamacpp
 
 # -- the corpus --------------------------------------------------------------------------------
 
@@ -319,10 +320,12 @@ def test_bars_load():
     assert BARS.auto_by_category == {
         "code editing": 1.3, "code completion": 1.15, "summarization": 1.15, "rag": 1.15,
     }  # fmt: skip
-    assert BARS.llamacpp_categories == ("code editing", "code completion", "summarization", "rag")
     assert BARS.config_by_category == {"model γ=4": {"code writing": 0.85}}
-    assert (BARS.against_llamacpp, BARS.against_llamacpp_prompt) == (1.1, 1.0)
     assert (BARS.f16_share_of_best_fixed, BARS.peak_memory) == (0.9, 1.15)
+    # Against llama.cpp's own loops: the lab's bars, beside its instrument.
+    loops = lab_llamacpp.load_bars()
+    assert loops.llamacpp_categories == ("code editing", "code completion", "summarization", "rag")
+    assert (loops.against_llamacpp, loops.against_llamacpp_prompt) == (1.1, 1.0)
 
 
 def test_a_bad_bars_file_is_one_error_line_naming_the_file(tmp_path):
@@ -338,5 +341,22 @@ def test_a_bad_bars_file_is_one_error_line_naming_the_file(tmp_path):
         path.write_text(text)
         with pytest.raises(EdgespecError) as caught:
             load_bars(path)
+        assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
+        assert "\n" not in str(caught.value)
+
+
+def test_a_bad_llamacpp_bars_file_is_one_error_line_naming_the_file(tmp_path):
+    path = tmp_path / "llamacpp_bars.toml"
+    good = lab_llamacpp.BARS_FILE.read_text()
+    for text, message in [
+        (good.replace("against_llamacpp = 1.1\n", ""), "missing bar 'against_llamacpp'"),
+        ("something = 1\n" + good, "unknown bar 'something'"),
+        (good.replace('"rag"]', '"poetry"]'), "unknown category 'poetry'"),
+        (good.replace("against_llamacpp_prompt = 1.0", "against_llamacpp_prompt = 'high'"), "wrong type"),
+        ("against_llamacpp = \n", "cannot read the bars"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(EdgespecError) as caught:
+            lab_llamacpp.load_bars(path)
         assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
         assert "\n" not in str(caught.value)

@@ -5,7 +5,6 @@ cache."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -20,14 +19,16 @@ SMOL = "smollm2-135m"
 
 
 def linked_home(home: Path, names: list[str]) -> Path:
-    """A cache holding hard links to the real cached models and their stamps: nothing is
-    copied, and a stamp doctor rewrites replaces the link, never the original."""
+    """A cache holding symbolic links to the real cached models and their stamps: nothing
+    is copied, and a stamp doctor rewrites replaces the link, never the original. Not hard
+    links: making or removing one changes the file's ctime, part of the identity its kept
+    facts are keyed by (``models.kept``), under any test reading it in another worker."""
     models = home / "models"
     models.mkdir(parents=True)
     for name in names:
         source = store.model_file(name)
         for path in (source, source.with_name(source.name + ".json")):
-            os.link(path, models / path.name)
+            (models / path.name).symlink_to(path)
     return home
 
 

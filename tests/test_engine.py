@@ -241,7 +241,7 @@ def test_rollback_under_many_rejections_keeps_target_cache_consistent(pair):
     done = run(pair, prompt, 28, drafter="model", gamma=8, seed=11, temperature=1.6)
     assert done.stats.drafted - done.stats.accepted >= 20, "the test needs many rejections"
     committed = prompt + done.token_ids
-    target = pair.target
+    target = pair.target.sequence(0)
     # The cache holds the committed text (the last token is pending) and nothing stale.
     assert target.tokens[: len(committed) - 1] == committed[:-1]
     assert target.cache_span() == (0, len(target.tokens) - 1)

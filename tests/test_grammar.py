@@ -233,9 +233,10 @@ def test_a_character_split_across_tokens(model: Model, pieces: list[bytes]) -> N
 
 @pytest.mark.needs_models
 def test_greedy_decode_through_a_schema_gives_json_that_matches_it(model: Model) -> None:
-    model.reset()
+    sequence = model.sequence(0)
+    sequence.reset()
     prompt = model.tokenize("Give a JSON object with key a set to 5\n")
-    row = model.decode(prompt)[-1]
+    row = sequence.decode(prompt)[-1]
     out: list[int] = []
     with GrammarState(model, compile_grammar(schema_grammar(SCHEMA_A))) as state:
         for _ in range(24):
@@ -244,7 +245,7 @@ def test_greedy_decode_through_a_schema_gives_json_that_matches_it(model: Model)
             out.append(chosen)
             if state.done():
                 break
-            row = model.decode([chosen])[-1]
+            row = sequence.decode([chosen])[-1]
         assert state.done()
     value = json.loads(model.detokenize(out))
     assert list(value) == ["a"] and isinstance(value["a"], int)

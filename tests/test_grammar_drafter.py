@@ -205,4 +205,4 @@ def test_the_draft_model_drafts_a_forced_run_whole(pair):
     assert len(draft.tokens) == 6 and text_of(pair, draft.tokens[len(head) :]).isdigit()
     assert constraint.allowed_prefix(draft.tokens) == len(draft.tokens)
     assert all(size <= 4 for size, _ in draft.decodes[1:])  # (the first reads the context)
-    pair.draft.reset()
+    pair.draft.sequence(0).reset()

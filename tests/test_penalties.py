@@ -14,7 +14,7 @@ import pytest
 
 from edgespec.decoding.acceptance import residual, token_acceptance_probabilities
 from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, RequestError
 
 V = 4
 CONTEXT = [2, 2, 0]  # the prompt: token 2 seen twice, token 0 once
@@ -72,10 +72,20 @@ def test_bad_values_name_the_field() -> None:
         Penalties(repeat=0.0).validate()
     with pytest.raises(EdgespecError, match="repeat_last_n"):
         Penalties(last_n=-2).validate()
-    with pytest.raises(EdgespecError, match="outside the vocabulary"):
-        Penalties(logit_bias=((V, 1.0),)).validate(n_vocab=V)
     with pytest.raises(EdgespecError, match="logit_bias"):
         Penalties(logit_bias=((1, 101.0),)).validate()
+    # An id's range needs the vocabulary: the request builder checks it against the target's.
+    Penalties(logit_bias=((V, 1.0),)).validate()
+    Penalties(logit_bias=((V - 1, 1.0),)).check_tokens(V)
+    with pytest.raises(RequestError, match=f"token {V}, outside the vocabulary of {V} tokens") as info:
+        Penalties(logit_bias=((V, 1.0),)).check_tokens(V)
+    assert info.value.param == "logit_bias"
+    for token in (-1, True, "2"):
+        with pytest.raises(RequestError, match="logit_bias keys must be token ids"):
+            Penalties(logit_bias=((token, 1.0),)).check_tokens(V)  # type: ignore[arg-type]
+    # A number too large for a float is a refusal, not an overflow.
+    with pytest.raises(RequestError, match="presence_penalty"):
+        Penalties(presence=10**400).validate()
     assert not Penalties().active and Penalties(logit_bias=((1, 1.0),)).active
 
 

@@ -83,11 +83,12 @@ def test_each_size_is_timed_right_after_single_token_passes(smol, monkeypatch):
     50 % more on an H200 than in every answer, which then marked the profile stale."""
     calls: list[tuple[int, int] | str] = []
     model = smol.target
-    decode, reset = model.decode, model.reset
+    sequence = model.sequence(0)  # (where the profile is measured)
+    decode, reset = sequence.decode, sequence.reset
     monkeypatch.setattr(
-        model, "decode", lambda tokens, n=1: (calls.append((len(tokens), n)), decode(tokens, n))[1]
+        sequence, "decode", lambda tokens, n=1: (calls.append((len(tokens), n)), decode(tokens, n))[1]
     )
-    monkeypatch.setattr(model, "reset", lambda: (calls.append("reset"), reset())[1])
+    monkeypatch.setattr(sequence, "reset", lambda: (calls.append("reset"), reset())[1])
     load_or_measure(model, None, 4, quiet=True, busy=quiet_machine)
     runs, run = [], []
     for call in [*calls, "reset"]:

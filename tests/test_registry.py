@@ -4,10 +4,13 @@ user's (drafter, γ) and the one place that turns it into a policy
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 
+import edgespec.decoding
 from edgespec.decoding.auto import AdaptivePolicy, PairState
 from edgespec.decoding.choice import MAX_GAMMA, check_choice, make_policy
 from edgespec.decoding.costs import CostModel
@@ -15,6 +18,7 @@ from edgespec.decoding.drafters import (
     AUTO,
     CHOICE_HELP,
     CHOICES,
+    DECODING_DRAFTERS,
     FIXED_CHOICES,
     LOOKUP_DRAFTERS,
     NONE,
@@ -35,9 +39,10 @@ def test_every_drafter_has_a_colour_a_one_line_help_a_kind_and_a_choice(name):
     assert HEX_COLOUR.fullmatch(spec.colour), spec.colour
     assert spec.description.strip() and "\n" not in spec.description
     assert CHOICE_HELP[name] == spec.description
-    assert spec.kind in ("lookup", "model")
+    assert spec.priced_by in ("proposal", "draft decodes")
     assert name in CHOICES and name in FIXED_CHOICES
-    assert (name in LOOKUP_DRAFTERS) == (spec.kind == "lookup")
+    assert (name in LOOKUP_DRAFTERS) == (spec.priced_by == "proposal") == spec.free
+    assert (name in DECODING_DRAFTERS) == (spec.priced_by == "draft decodes")
 
 
 def test_the_choices_are_auto_none_and_every_drafter_each_with_help():
@@ -45,6 +50,34 @@ def test_the_choices_are_auto_none_and_every_drafter_each_with_help():
     assert set(CHOICE_HELP) == set(CHOICES)
     assert all(CHOICE_HELP[c].strip() and "\n" not in CHOICE_HELP[c] for c in CHOICES)
     assert len({spec.colour.lower() for spec in REGISTRY.values()}) == len(REGISTRY)  # told apart
+
+
+def _named_drafters(path: Path) -> list[tuple[int, str]]:
+    """String constants naming a drafter in a module, docstrings aside."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in REGISTRY and id(node) not in docstrings
+    ]
+
+
+def test_the_controller_reads_declarations_not_drafter_names():
+    """How a drafter is priced, tried or probed is its registry entry's to say: no module
+    of the controller or the choice names one (a second decoding drafter, an EAGLE head,
+    would otherwise take edits all over)."""
+    decoding = Path(edgespec.decoding.__file__).parent
+    modules = [*sorted((decoding / "auto").glob("*.py")), decoding / "policy.py", decoding / "choice.py"]
+    named = {path.name: found for path in modules if (found := _named_drafters(path))}
+    assert not named
+    assert _named_drafters(decoding / "drafters" / "registry.py")  # the check finds names
 
 
 @pytest.mark.needs_models

@@ -41,16 +41,17 @@ def test_the_recording_is_what_the_models_compute(pair, recordings):
     chat = recordings[0]
     assert len(chat.answer) == TOKENS and not chat.ended
     # the target's answer is its greedy decode; the draft's first guess is its argmax
-    pair.target.reset()
-    logits = pair.target.decode(chat.prompt, 1)
+    target, draft = pair.target.sequence(0), pair.draft.sequence(0)
+    target.reset()
+    logits = target.decode(chat.prompt, 1)
     assert int(np.argmax(logits[0])) == chat.answer[0]
-    pair.draft.reset()
-    row = np.array(pair.draft.decode(chat.prompt, 1)[0], dtype=np.float64)
+    draft.reset()
+    row = np.array(draft.decode(chat.prompt, 1)[0], dtype=np.float64)
     assert int(np.argmax(row)) == chat.guesses[0]
     # (batched and single-token passes differ in the last digits of the logits)
     assert chat.confidences[0] == pytest.approx(1.0 / np.exp(row - row.max()).sum(), rel=0.05)
-    pair.target.reset()
-    pair.draft.reset()
+    target.reset()
+    draft.reset()
     # the draft guesses much of a chat answer, and not all of it: the replay has work to do
     agree = np.mean([g == a for g, a in zip(chat.guesses, chat.answer, strict=False)])
     assert 0.4 < agree < 0.98

@@ -25,12 +25,12 @@ def model(request, target_path, draft_path):
 
 def greedy_continuation(m: Model, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
     """n greedy tokens decoded one at a time, with the logits that produced each."""
-    m.reset()
-    logits = m.decode(prompt, 1)
+    m.sequence(0).reset()
+    logits = m.sequence(0).decode(prompt, 1)
     tokens, rows = [], []
     for _ in range(n):
         tokens.append(int(np.argmax(logits[0])))
-        logits = m.decode([tokens[-1]], 1)
+        logits = m.sequence(0).decode([tokens[-1]], 1)
         rows.append(logits[0].copy())
     return tokens, rows
 
@@ -43,8 +43,8 @@ def test_batched_decode_equals_single_decodes(model, k):
     tokens. Larger batches switch matrix kernels (see the next test)."""
     prompt = model.tokenize(PROMPT)
     tokens, singles = greedy_continuation(model, prompt, k)
-    model.keep(len(prompt))
-    batched = model.decode(tokens[:k], k)
+    model.sequence(0).keep(len(prompt))
+    batched = model.sequence(0).decode(tokens[:k], k)
     for i in range(k):
         np.testing.assert_allclose(batched[i], singles[i], rtol=0, atol=1e-5)
 
@@ -56,8 +56,8 @@ def test_large_batches_differ_only_by_kernel_rounding(model):
     cache entry) — which moves logits by whole units — still fails."""
     prompt = model.tokenize(PROMPT)
     tokens, singles = greedy_continuation(model, prompt, 9)
-    model.keep(len(prompt))
-    batched = model.decode(tokens[:9], 9).copy()
+    model.sequence(0).keep(len(prompt))
+    batched = model.sequence(0).decode(tokens[:9], 9).copy()
     for i in range(9):
         assert np.abs(batched[i] - singles[i]).max() < 1.5
         top2 = np.sort(singles[i])[-2:]
@@ -74,15 +74,15 @@ def test_a_decode_that_reads_no_logits_waits_for_the_backend(model, monkeypatch)
     real = llama_cpp.llama_synchronize
     monkeypatch.setattr(llama_cpp, "llama_synchronize", lambda ctx: (waits.append(ctx), real(ctx))[1])
     prompt = model.tokenize(PROMPT)
-    model.reset()
-    model.decode(prompt[:4], 0)
+    model.sequence(0).reset()
+    model.sequence(0).decode(prompt[:4], 0)
     assert len(waits) == 1
-    model.decode(prompt[4:6], 1)  # reading its logits waits inside llama.cpp
+    model.sequence(0).decode(prompt[4:6], 1)  # reading its logits waits inside llama.cpp
     assert len(waits) == 1
 
 
 def next_logits_after(m: Model, prefix: list[int], token: int) -> np.ndarray:
-    return m.decode([token], 1)[0].copy()
+    return m.sequence(0).decode([token], 1)[0].copy()
 
 
 @pytest.mark.parametrize("mode", ["truncate", "snapshot"])
@@ -94,17 +94,17 @@ def test_rollback_matches_fresh_prefill(target_path, mode):
         assert m.rollback == mode
         prompt = m.tokenize(PROMPT)
         n = len(prompt) - 1
-        m.decode(prompt[:n], 1)
+        m.sequence(0).decode(prompt[:n], 1)
         fresh = next_logits_after(m, prompt[:n], prompt[n])
 
-        m.reset()
-        m.decode(prompt[:n], 1)
-        m.mark()
-        m.decode([prompt[n], 11, 22, 33, 44], 5)  # five positions later rejected
-        m.decode([55, 66], 2)
-        m.keep(n)
-        assert m.tokens == prompt[:n]
-        assert m.cache_span() == (0, n - 1)
+        m.sequence(0).reset()
+        m.sequence(0).decode(prompt[:n], 1)
+        m.sequence(0).mark()
+        m.sequence(0).decode([prompt[n], 11, 22, 33, 44], 5)  # five positions later rejected
+        m.sequence(0).decode([55, 66], 2)
+        m.sequence(0).keep(n)
+        assert m.sequence(0).tokens == prompt[:n]
+        assert m.sequence(0).cache_span() == (0, n - 1)
         rolled = next_logits_after(m, prompt[:n], prompt[n])
         np.testing.assert_allclose(rolled, fresh, rtol=0, atol=1e-5)
     finally:
@@ -115,33 +115,33 @@ def test_snapshot_restore_explicit(target_path):
     m = Model(target_path, LoadOptions(n_ctx=512, max_outputs=4))
     try:
         prompt = m.tokenize(PROMPT)
-        m.decode(prompt[:-1], 1)
+        m.sequence(0).decode(prompt[:-1], 1)
         fresh = next_logits_after(m, prompt[:-1], prompt[-1])
-        m.keep(len(prompt) - 1)
-        snap = m.snapshot()
-        m.decode([prompt[-1], 1, 2, 3], 4)
-        m.restore(snap)
-        assert m.tokens == prompt[:-1] and m.cache_span()[1] == len(prompt) - 2
+        m.sequence(0).keep(len(prompt) - 1)
+        snap = m.sequence(0).snapshot()
+        m.sequence(0).decode([prompt[-1], 1, 2, 3], 4)
+        m.sequence(0).restore(snap)
+        assert m.sequence(0).tokens == prompt[:-1] and m.sequence(0).cache_span()[1] == len(prompt) - 2
         np.testing.assert_allclose(next_logits_after(m, prompt[:-1], prompt[-1]), fresh, rtol=0, atol=1e-5)
         # Keeping fewer tokens than the snapshot holds replays from the start, still right.
         m.rollback = "snapshot"
-        m.keep(3)
-        assert m.tokens == prompt[:3] and m.cache_span() == (0, 2)
+        m.sequence(0).keep(3)
+        assert m.sequence(0).tokens == prompt[:3] and m.sequence(0).cache_span() == (0, 2)
     finally:
         m.close()
 
 
 def test_sync_reuses_the_shared_prefix(model):
     prompt = model.tokenize(PROMPT)
-    model.reset()
-    model.decode(prompt, 1)
+    model.sequence(0).reset()
+    model.sequence(0).decode(prompt, 1)
     other = prompt[:10] + model.tokenize(" something else entirely")
-    assert model.sync(other) == 10
-    assert model.tokens == prompt[:10] and model.cache_span() == (0, 9)
+    assert model.sequence(0).sync(other) == 10
+    assert model.sequence(0).tokens == prompt[:10] and model.sequence(0).cache_span() == (0, 9)
     # The whole prompt cached: one token is always left to decode (its logits are needed).
-    model.reset()
-    model.decode(prompt, 1)
-    assert model.sync(prompt) == len(prompt) - 1
+    model.sequence(0).reset()
+    model.sequence(0).decode(prompt, 1)
+    assert model.sequence(0).sync(prompt) == len(prompt) - 1
 
 
 def test_tokenize_detokenize_and_vocabulary(model):
@@ -159,10 +159,10 @@ def test_context_limit_is_an_error_not_a_crash(draft_path):
     m = Model(draft_path, LoadOptions(n_ctx=32, max_outputs=2))
     try:
         n = m.n_ctx - 2  # llama.cpp may round the context up; use what it granted
-        m.decode([100 + i % 1000 for i in range(n)], 1)
+        m.sequence(0).decode([100 + i % 1000 for i in range(n)], 1)
         with pytest.raises(EdgespecError, match="context full"):
-            m.decode(list(range(200, 210)), 1)
-        assert len(m.tokens) == n and m.cache_span() == (0, n - 1)
+            m.sequence(0).decode(list(range(200, 210)), 1)
+        assert len(m.sequence(0).tokens) == n and m.sequence(0).cache_span() == (0, n - 1)
     finally:
         m.close()
 

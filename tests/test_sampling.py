@@ -291,9 +291,15 @@ def test_greedy_params_give_one_hot_rows() -> None:
     assert got.tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]
 
 
-def test_invalid_params_are_rejected_by_probabilities() -> None:
-    with pytest.raises(EdgespecError):
-        probabilities(np.zeros(3, dtype=np.float32), SamplingParams(temperature=1.0, top_p=0.0))
+def test_invalid_params_are_refused_as_settings_are_made_and_asserted_after() -> None:
+    """One check, where the answer's settings are made; each step only asserts."""
+    from edgespec.decoding.request import GenerationSettings
+
+    bad = SamplingParams(temperature=1.0, top_p=0.0)
+    with pytest.raises(EdgespecError, match="top_p"):
+        GenerationSettings(sampling=bad)
+    with pytest.raises(AssertionError):
+        probabilities(np.zeros(3, dtype=np.float32), bad)
 
 
 # ------------------------------------------------------------------------- validate()

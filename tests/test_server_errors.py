@@ -98,6 +98,11 @@ def test_api_key_is_required(server: Server) -> None:
         ({"messages": HELLO, "gamma": True}, "gamma", "'auto' or a whole number"),
         ({"messages": HELLO, "stream_options": {"include_usage": True}}, "stream_options", "stream"),
         ({"messages": HELLO, "prediction": {"type": "image"}}, "prediction", "content"),
+        ({"messages": HELLO, "logit_bias": {"99999999": 5}}, "logit_bias", "token 99999999, outside"),
+        ({"messages": HELLO, "logit_bias": {"-3": 5}}, "logit_bias", "token ids"),
+        ({"messages": HELLO, "repeat_penalty": 0}, "repeat_penalty", "positive"),
+        ({"messages": HELLO, "presence_penalty": 10**400}, "presence_penalty", "[-2, 2]"),
+        ({"messages": HELLO, "grammar": 'root ::= "a"', "json_schema": {}}, "json_schema", "one constraint"),
         ({"messages": HELLO, "top_p": 0}, "top_p", "top"),
         ({"messages": HELLO, "lenience": 2}, "lenience", "lenience"),
         ({"messages": HELLO, "verify": "maybe"}, "verify", "verify"),
@@ -115,6 +120,8 @@ def test_malformed_json_is_a_400(server: Server) -> None:
     assert_error(post(server, b'{"messages": NaN}'), 400)
     assert "JSON object" in assert_error(post(server, [1, 2]), 400)["message"]
     assert_error(post(server, b'{"prompt": [[1, 2], [3]]}', "/completions"), 400, "prompt")
+    # a text completion asks for its most likely tokens with ``logprobs``: a refusal names it
+    assert_error(post(server, {"prompt": "a", "logprobs": 99}, "/completions"), 400, "logprobs")
 
 
 def test_deep_huge_and_mistyped_bodies_are_400s(server: Server) -> None:

@@ -546,6 +546,7 @@ def test_a_run_stopped_midway_still_reports(fake, tmp_path: Path, capsys):
         (["--sessions", "--max-tokens", "0"], "at least 1"),
         (["--sessions", "--threads", "0"], "at least 1"),
         (["--sessions", "--llama-server", "/nonexistent/llama-server"], "no llama-server at"),
+        (["--sessions", "--llamacpp-build"], "run python -m lab.llamacpp build"),  # no build here
         (["--sessions", "--url", f"http://127.0.0.1:{closed_port()}/v1"], "connection refused"),
     ],
 )

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from edgespec.decoding.slots import Slots
+from edgespec.decoding.slots import Cancel, Slots
 from edgespec.decoding.turns import Turns
 
 
@@ -20,7 +20,7 @@ def make(held: dict[int, list[int]]) -> Slots:
 
 def test_a_prompt_goes_to_the_slot_holding_most_of_it():
     slots = make({0: [1, 2, 3], 1: [1, 2, 9, 9], 2: []})
-    never = threading.Event()
+    never = Cancel()
     with slots.lease([1, 2, 9, 5], never) as seq:
         assert seq == 1
         with slots.lease([1, 2, 3, 4], never) as other:
@@ -35,7 +35,7 @@ def test_what_the_prompt_cache_holds_counts_as_held_by_every_slot():
     held = {0: [1, 2, 3, 4, 5, 6], 1: [], 2: [1, 2, 7]}
     stored = {(1, 2, 8, 9, 9): 5}
     slots = Slots(len(held), lambda seq: held[seq], lambda prompt: stored.get(tuple(prompt), 0))
-    never = threading.Event()
+    never = Cancel()
     with slots.lease([1, 2, 8, 9, 9], never) as seq:
         assert seq == 1  # all three hold at least 2 of it, counting the cache: 1 loses nothing
     with slots.lease([1, 2, 3, 4, 5, 6, 7], never) as seq:
@@ -46,7 +46,7 @@ def test_what_the_prompt_cache_holds_counts_as_held_by_every_slot():
 
 def test_without_a_shared_prefix_the_slot_idle_longest_is_taken():
     slots = make({0: [], 1: [], 2: []})
-    never = threading.Event()
+    never = Cancel()
     leases = [slots.lease([5], never) for _ in range(3)]
     taken = [lease.__enter__() for lease in leases]
     assert sorted(taken) == [0, 1, 2]
@@ -58,10 +58,10 @@ def test_without_a_shared_prefix_the_slot_idle_longest_is_taken():
 
 def test_waiting_answers_are_served_in_arrival_order_and_a_stopped_one_gives_up():
     slots = make({0: []})
-    never, stopped = threading.Event(), threading.Event()
+    never, stopped = Cancel(), Cancel()
     order: list[str] = []
 
-    def wait(name: str, cancel: threading.Event) -> None:
+    def wait(name: str, cancel: Cancel) -> None:
         with slots.lease([1], cancel) as seq:
             order.append(f"{name}:{seq}")
 
@@ -79,9 +79,50 @@ def test_waiting_answers_are_served_in_arrival_order_and_a_stopped_one_gives_up(
     assert order == ["quitter:None", "first:0", "second:0"]
 
 
+def test_a_waiting_answers_stop_wakes_it_at_once_without_polling():
+    """The stop itself wakes the waiting answer (its ``Cancel`` notifies the slots): every
+    wait is untimed, and the answer gives up as soon as its stop is set."""
+    slots = make({0: []})
+    timeouts: list[float | None] = []
+    cond = slots._cond
+    real_wait = cond.wait
+
+    def untimed(timeout: float | None = None) -> bool:
+        timeouts.append(timeout)
+        return real_wait(timeout)
+
+    cond.wait = untimed  # type: ignore[method-assign]
+    cancel = Cancel()
+    got: list[int | None] = []
+    gave_up = threading.Event()
+
+    def wait() -> None:
+        with slots.lease([1], cancel) as seq:
+            got.append(seq)
+        gave_up.set()
+
+    with slots.lease([1], Cancel()):
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while not timeouts and time.monotonic() < deadline:
+            time.sleep(0.001)  # (the test's own wait for the waiter to be waiting)
+        assert timeouts, "the answer never waited"
+        time.sleep(0.1)  # a poll would have looked by now: only the stop may wake it
+        waits = len(timeouts)
+        stopped_at = time.perf_counter()
+        cancel.set()
+        assert gave_up.wait(1)
+        woke_s = time.perf_counter() - stopped_at
+        waiter.join(1)
+    assert got == [None]
+    assert timeouts == [None] * len(timeouts) and len(timeouts) == waits  # one wake, the stop's
+    assert woke_s < 0.2, f"the stop took {woke_s:.3f} s to wake the waiting answer"
+
+
 def test_holding_all_waits_for_the_running_answer_and_keeps_new_ones_out():
     slots = make({0: [], 1: []})
-    never = threading.Event()
+    never = Cancel()
     with slots.lease([1], never):
         assert not slots.hold_all(timeout=0.1)  # an answer runs
     assert slots.hold_all(timeout=1)
@@ -96,7 +137,7 @@ def test_holding_all_waits_for_the_running_answer_and_keeps_new_ones_out():
 
 
 def _lease_once(slots: Slots) -> list[int | None]:
-    with slots.lease([1], threading.Event()) as seq:
+    with slots.lease([1], Cancel()) as seq:
         return [seq]
 
 

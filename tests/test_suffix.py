@@ -270,7 +270,7 @@ def test_a_fixed_suffix_draft_is_its_proposal_every_token_certain():
 
 def test_the_registry_shares_one_index_per_pair_and_the_controller_prices_it():
     spec = REGISTRY["suffix"]
-    assert spec.free and spec.kind == "lookup" and "suffix" in LOOKUP_DRAFTERS
+    assert spec.free and spec.priced_by == "proposal" and "suffix" in LOOKUP_DRAFTERS
     other = {s.colour.lower() for n, s in REGISTRY.items() if n != "suffix"}
     assert spec.colour.lower() not in other | {
         "#9ca3af",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -131,7 +130,7 @@ def test_an_answer_that_joins_goes_first_in_the_next_round():
 
 
 def test_a_joining_answer_is_announced_until_its_round_begins():
-    """``arrival``: what stops a prompt batch being read (``Model.yield_to``)."""
+    """``arrival``: what stops a prompt batch being read (``Sequence.decode``'s)."""
     decode = Recorder()
     turns = Turns(threaded=True, decode_passes=decode)
     inside, blocker = threading.Event(), threading.Event()
@@ -402,7 +401,7 @@ def test_a_paced_reader_gets_the_first_events_and_the_last_at_once():
 
     got, started = [], time.perf_counter()
     try:
-        for item in driven(turns, steps(), 0, nullcontext, lambda: None, lambda: False, every_s=60.0):
+        for item in driven(turns, steps(), 0, lambda: None, lambda: False, every_s=60.0):
             got.append(item)
             if item == "first":
                 first_seen.set()

@@ -12,7 +12,7 @@ If (2) and (3) agree in shape, the curve is llama.cpp's on this machine; the gap
 (1) and (2) is what asking for every row costs (the output layer over a 151,936-token
 vocabulary, k times). Sizes are interleaved over rounds and each keeps its median.
 
-    .venv/bin/python tools/costs_check.py [--sizes 1 2 4 8 9 16 17] [--rounds 5]
+    .venv/bin/python -m tools.costs_check [--sizes 1 2 4 8 9 16 17] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -25,22 +25,22 @@ import sys
 import time
 
 from edgespec.api import EdgeSpec
-from edgespec.bench import llamacpp
 from edgespec.runtime import system
+from lab import llamacpp
 
 
 def decode_times(lm: EdgeSpec, sizes: list[int], rounds: int, all_rows: bool) -> dict[int, float]:
-    model = lm.target
+    model, sequence = lm.target, lm.target.sequence(0)
     filler = model.tokenize(" the quick brown fox jumps over the lazy dog" * 12, add_special=False)
     samples: dict[int, list[float]] = {k: [] for k in sizes}
     for _ in range(rounds):
         for k in sizes:
-            model.reset()
-            model.decode(filler[:4], 1)
+            sequence.reset()
+            sequence.decode(filler[:4], 1)
             start = time.perf_counter()
-            model.decode(filler[4 : 4 + k], k if all_rows else 1)
+            sequence.decode(filler[4 : 4 + k], k if all_rows else 1)
             samples[k].append(time.perf_counter() - start)
-    model.reset()
+    sequence.reset()
     return {k: statistics.median(v) for k, v in samples.items()}
 
 

@@ -65,8 +65,9 @@ def answer(lm: EdgeSpec, tokens: list[int], prompt: CorpusPrompt, way: tuple[str
 def gap_at(lm: EdgeSpec, tokens: list[int], reference: list[int], other: list[int], at: int) -> float:
     """The target's logit of the reference's token minus the other answer's, at the first
     position where they differ (``at``, 1-based), read from a cold prefill."""
-    lm.target.reset()
-    row = lm.target.decode([*tokens, *reference[: at - 1]], 1)[0]
+    sequence = lm.target.sequence(0)
+    sequence.reset()
+    row = sequence.decode([*tokens, *reference[: at - 1]], 1)[0]
     return float(row[reference[at - 1]] - row[other[at - 1]])
 
 

@@ -57,7 +57,7 @@ def record(
     recordings = []
     for prompt, tokens in prompts:
         engine = Engine(target)
-        target.reset()
+        target.sequence(0).reset()  # (where an unthreaded answer decodes)
         done = None
         settings = settings_from(max_tokens=max_tokens, **settings_extras(prompt))
         for event in engine.stream(list(tokens), settings):
@@ -142,21 +142,22 @@ def recorded_corpus(
 def _teacher_forced(draft: Model, sequence: list[int], prompt_len: int) -> tuple[list[int], list[float]]:
     """The draft's greedy token and its probability after every prefix of ``sequence``
     from the prompt on: one pass over the recorded answer, chunked to the rows it returns."""
-    draft.reset()
+    held = draft.sequence(0)
+    held.reset()
     if prompt_len > 1:
-        draft.decode(sequence[: prompt_len - 1], 0)
+        held.decode(sequence[: prompt_len - 1], 0)
     rest = sequence[prompt_len - 1 :]
     width = draft.options.max_outputs
     guesses: list[int] = []
     confidences: list[float] = []
     for start in range(0, len(rest), width):
         chunk = rest[start : start + width]
-        rows = np.array(draft.decode(chunk, len(chunk)), dtype=np.float64)
+        rows = np.array(held.decode(chunk, len(chunk)), dtype=np.float64)
         rows -= rows.max(axis=1, keepdims=True)
         np.exp(rows, out=rows)
         guesses += rows.argmax(axis=1).tolist()
         confidences += (1.0 / rows.sum(axis=1)).tolist()  # the largest entry is exp(0)
-    draft.reset()
+    held.reset()
     return guesses, confidences
 
 

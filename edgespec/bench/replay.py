@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import sys
+import threading
 import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -202,9 +203,10 @@ class VirtualClock:
 
 
 class ReplayedModel:
-    """What the engine and drafters use of ``runtime.model.Model``: a token list that rolls
-    back, and ``decode``, which charges the clock the curve's price and returns rows whose
-    greedy token is the recorded one. Vocabulary questions go to the real model."""
+    """What the engine and drafters use of ``runtime.model.Model`` and its one sequence: a
+    token list that rolls back, and ``decode``, which charges the clock the curve's price
+    and returns rows whose greedy token is the recorded one. Vocabulary questions go to
+    the real model."""
 
     rollback = "truncate"
 
@@ -259,14 +261,29 @@ class ReplayedModel:
         self.keep(common)
         return common
 
-    def decode(self, tokens: list[int], n_outputs: int = 1, *, yielding: bool = False) -> np.ndarray:
-        # (``yielding`` changes nothing: a replay is one answer, none arrives beside it)
-        if not tokens or not 0 <= n_outputs <= min(len(tokens), self.options.max_outputs):
-            raise ValueError(f"decode of {len(tokens)} tokens with {n_outputs} outputs")
+    def sequence(self, seq: int) -> ReplayedModel:
+        return self  # a replay is one answer, in one sequence
+
+    def decode(
+        self,
+        tokens: list[int],
+        n_outputs: int = 1,
+        *,
+        cancel: threading.Event | None = None,
+        arrival: threading.Event | None = None,
+    ) -> np.ndarray:
+        # (neither stops it: a replay is one answer, none arrives beside it)
         self._clock.now += self._seconds(len(tokens)) + self._python_s
         if self._history_seconds is not None:
             self._clock.now += self._history_seconds(len(tokens), *self._sizes)
         self._sizes = (len(tokens), self._sizes[0])
+        return self.rows(tokens, n_outputs)
+
+    def rows(self, tokens: list[int], n_outputs: int) -> np.ndarray:
+        """``tokens`` appended, and the rows of the last ``n_outputs``: a decode the
+        caller has charged the clock for."""
+        if not tokens or not 0 <= n_outputs <= min(len(tokens), self.options.max_outputs):
+            raise ValueError(f"decode of {len(tokens)} tokens with {n_outputs} outputs")
         self.tokens.extend(tokens)
         rows = np.zeros((n_outputs, self.n_vocab), dtype=np.float32)
         first = len(self.tokens) - n_outputs

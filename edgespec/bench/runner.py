@@ -24,18 +24,15 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from edgespec.api import EdgeSpec, settings_from
-from edgespec.bench.corpus import CorpusPrompt, conversation, predicted_output, prompt_tokens, settings_extras
-from edgespec.bench.llamacpp import LOOPS, run_loop
+from edgespec.bench.corpus import CorpusPrompt, predicted_output, prompt_tokens, settings_extras
 from edgespec.decoding.auto import describe
 from edgespec.decoding.events import Done, Step
 from edgespec.errors import EdgespecError
 from edgespec.models.gguf import kv_bytes_per_token
-from edgespec.runtime.chat_template import render
 from edgespec.runtime.model import Model
-from edgespec.runtime.system import cpu_flags, cpu_model, default_threads, widest_isa
+from edgespec.runtime.system import cpu_flags, cpu_model, widest_isa
 
 
 @dataclass(frozen=True)
@@ -47,6 +44,7 @@ class Config:
     verify: str = "token"
     adaptive: bool = False
     predict: bool = False  # sends the prompt's code as the Predicted Output, as an editor would
+    external: bool = False  # answered by another program, through run_benchmark's ``external``
 
     @property
     def fixed(self) -> bool:
@@ -55,9 +53,6 @@ class Config:
 
 BASELINE = Config("target only", "none", 0)
 AUTO = Config("auto", "auto", "auto", adaptive=True)
-# llama.cpp's own speculative loops (llama-speculative-simple --spec-type …), each run as
-# a separate process on the same model files and prompt.
-LLAMACPP = [Config(f"llama.cpp {loop}", "llama.cpp", 0) for loop in LOOPS]
 GREEDY = [
     BASELINE,
     Config("model γ=2", "model", 2),
@@ -78,7 +73,7 @@ SAMPLING = [
     Config("model γ=4 block T=0.7", "model", 4, SAMPLING_TEMPERATURE, "block"),
     Config("auto T=0.7", "auto", "auto", SAMPLING_TEMPERATURE, adaptive=True),
 ]
-ALL_CONFIGS = {c.label: c for c in [*GREEDY, *LLAMACPP, *SAMPLING]}
+ALL_CONFIGS = {c.label: c for c in [*GREEDY, *SAMPLING]}
 
 
 def baseline_for(config: Config) -> Config:
@@ -326,40 +321,15 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
-def _llamacpp_run(
-    lm: EdgeSpec, binary: Path, config: Config, prompt: CorpusPrompt, repeat: int, max_tokens: int
-) -> Run:
-    """The same prompt through one of llama.cpp's own loops (its decode phase)."""
-    messages, tools = conversation(prompt)
-    text = render(lm.target, messages, tools=tools)
-    threads = lm.target.options.n_threads or default_threads()
-    loop = config.label.removeprefix("llama.cpp ")
-    draft = lm.draft.path if lm.draft is not None else None
-    ref = run_loop(binary, loop, lm.target.path, draft, text, max_tokens, threads, ctx=lm.target.n_ctx)
-    passes = max(ref.tokens - ref.accepted - 1, 1)  # one target token per verification
-    return Run(
-        prompt=prompt.id,
-        category=prompt.category,
-        config=config.label,
-        repeat=repeat,
-        seed=None,
-        tokens=ref.delivered,
-        decode_tps=ref.decode_tps,
-        e2e_tps=math.nan,  # llama.cpp's prefill is not comparable with ours: decode phase only
-        tau=(ref.tokens - 1) / passes,
-        acceptance=ref.accepted / ref.drafted if ref.drafted else 0.0,
-        target_passes=passes,
-        drafted=ref.drafted,
-        steps={},
-        time_s={},
-        python_share=math.nan,
-    )
+# One run of an ``external`` configuration: (pair, configuration, prompt, repeat, max_tokens).
+ExternalRun = Callable[[EdgeSpec, Config, CorpusPrompt, int, int], Run]
 
 
-def require_llamacpp_tool(configs: list[Config], binary: Path | None) -> None:
-    """llama.cpp's loops need its tool: refused before any model loads or anything runs."""
-    if binary is None and any(config in LLAMACPP for config in configs):
-        raise EdgespecError("the llama.cpp configurations need the tool: add --llamacpp [BINARY]")
+def require_external(configs: list[Config], external: ExternalRun | None) -> None:
+    """A configuration another program answers needs that program: refused before any
+    model loads or anything runs."""
+    if external is None and any(config.external for config in configs):
+        raise EdgespecError("these configurations are answered by another program, and none was given")
 
 
 def _edgespec_run(
@@ -407,15 +377,16 @@ def run_benchmark(
     repeats: int = 1,
     seed: int = 1,
     on_run: Callable[[Run], None] = lambda run: None,
-    llamacpp: Path | None = None,
+    external: ExternalRun | None = None,
 ) -> Report:
     """For each prompt, for each repeat, every configuration in turn, so that runs compared
     with each other are minutes apart at most; the order turns by one from one round to the
     next (A B C, B C A, C A B …) so that no configuration always runs first: on a VM the
     first and the second run of a round need not be equally fast, and a fixed order would
     hand that difference to one configuration. Sampling runs of one repeat share a seed
-    (``seed + repeat``), so they draw from the same random stream."""
-    require_llamacpp_tool(configs, llamacpp)
+    (``seed + repeat``), so they draw from the same random stream. ``external`` answers the
+    configurations marked so (a lab instrument's, another program on the same prompts)."""
+    require_external(configs, external)
     # The cost profile is loaded or measured here, before anything is timed.
     state = lm.controller_state()
     report = Report(configs=list(configs), costs=describe(state.costs), machine=machine())
@@ -424,9 +395,9 @@ def run_benchmark(
             tokens = prompt_tokens(lm, prompt)
         turn = round_ % len(configs)
         for config in [*configs[turn:], *configs[:turn]]:
-            if config in LLAMACPP:
-                assert llamacpp is not None  # checked above
-                run = _llamacpp_run(lm, llamacpp, config, prompt, repeat, max_tokens)
+            if config.external:
+                assert external is not None  # checked above
+                run = external(lm, config, prompt, repeat, max_tokens)
             else:
                 run_seed = seed + repeat if config.temperature else None
                 run = _edgespec_run(lm, config, prompt, tokens, repeat, run_seed, max_tokens)

@@ -1,7 +1,7 @@
 """Sessions: what a user waits for over a whole session of requests to a chat server.
 
     edgespec bench --sessions [WORKLOAD ...] [--split dev|test|all] [--repeats N]
-        [--url [LABEL=]URL ...] [--edgespec] [--llama-server [BINARY]]
+        [--url [LABEL=]URL ...] [--edgespec] [--llama-server BINARY]
         [--edgespec-args="ARGS"] [--llama-server-args="ARGS"] [--json FILE]
 
 Workloads (``data/sessions.toml``, each with a dev and a test variant): ``alternating``
@@ -17,12 +17,14 @@ llama-server's ``timings``). A conversation's first request is ``cold``; its lat
 
 Targets: ``--url`` servers already running, or servers started here, one at a time (two
 model servers on one machine slow each other down): ``edgespec serve`` and, with
-``--llama-server``, llama.cpp's server on the same GGUFs and threads. A started server is
-started afresh for every workload, so every workload begins cold; targets take turns, the
-order alternating from workload to workload and repeat to repeat. Each run's system prompts
-open with a tag of their own, so that no cache (a ``--url`` server's, a cache on disk)
-carries a prefix over from an earlier run. The workloads and their files are built in
-``session_workloads.py``; the client and the servers live in ``session_servers.py``.
+``--llama-server``, a llama.cpp server binary the user names, on the same GGUFs and threads
+(a checkout builds one from the runtime's own sources: ``python -m lab.llamacpp build
+--tool llama-server``). A started server is started afresh for every workload, so every
+workload begins cold; targets take turns, the order alternating from workload to workload
+and repeat to repeat. Each run's system prompts open with a tag of their own, so that no
+cache (a ``--url`` server's, a cache on disk) carries a prefix over from an earlier run. The
+workloads and their files are built in ``session_workloads.py``; the client and the servers
+live in ``session_servers.py``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from edgespec.bench import llamacpp
 from edgespec.bench.session_servers import (
     Server,
     Settings,
@@ -315,9 +316,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a running OpenAI-compatible server (repeatable), e.g. llama-server="
                             "http://127.0.0.1:8081/v1; edgespec serve is then not started")  # fmt: skip
     group.add_argument("--edgespec", action="store_true", help="with --url: start edgespec serve as well")
-    group.add_argument("--llama-server", nargs="?", const="default", default=None, metavar="BINARY",
-                       help="also start llama-server on the same GGUFs (default: the one "
-                            "--llamacpp-build builds with --llama-server)")  # fmt: skip
+    group.add_argument("--llama-server", default=None, metavar="BINARY",
+                       help="also start this llama-server binary on the same GGUFs")  # fmt: skip
     group.add_argument(
         "--edgespec-args",
         default="",
@@ -337,7 +337,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="seconds a request may wait for data (default 900)")  # fmt: skip
 
 
-_CORPUS_ONLY = ("categories", "prompts", "configs", "sampling", "llamacpp")
+_CORPUS_ONLY = ("categories", "prompts", "configs", "sampling")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -400,10 +400,9 @@ def gguf_paths(target: str, draft: str) -> tuple[Path, Path | None]:
 
 
 def llama_server_binary(given: str) -> Path:
-    binary = llamacpp.default_binary(tool="llama-server") if given == "default" else Path(given)
+    binary = Path(given)
     if not binary.is_file():
-        raise EdgespecError(f"no llama-server at {binary}; build it with: "
-                            "edgespec bench --sessions --llama-server --llamacpp-build")  # fmt: skip
+        raise EdgespecError(f"no llama-server at {binary}")
     return binary
 
 
@@ -438,11 +437,6 @@ def targets_from(args: argparse.Namespace, settings: Settings) -> list[Target]:
 def run_from_args(args: argparse.Namespace) -> int:
     """``edgespec bench --sessions``: one line per request on stderr, the summary on stdout."""
     settings = settings_from(args)
-    if args.llamacpp_build:
-        binary = llamacpp.build(tool="llama-server")
-        if args.llama_server is None:  # alone, a set-up step
-            print(f"llama-server: {binary}\nuse it with: edgespec bench --sessions --llama-server")
-            return 0
     workloads = load_workloads(args.split, args.sessions or WORKLOADS)
     targets = targets_from(args, settings)
     for line in too_long(workloads, settings):

@@ -15,27 +15,27 @@ import json
 import math
 import sys
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
-from edgespec.bench import llamacpp, sessions
+from edgespec.bench import sessions
 from edgespec.bench.corpus import CATEGORIES, SPLITS, select
 from edgespec.bench.regimes import REGIMES, pair_for
 from edgespec.bench.runner import (
     ALL_CONFIGS,
     BASELINE,
     DEFAULT_LABELS,
-    LLAMACPP,
     SAMPLING,
     Cell,
     Config,
+    ExternalRun,
     Report,
     Run,
     geomean,
     machine,
-    require_llamacpp_tool,
+    require_external,
     run_benchmark,
     with_baselines,
 )
@@ -53,9 +53,6 @@ class Bars:
     auto: float
     auto_per_prompt: float
     min_tokens_per_prompt: int
-    against_llamacpp: float
-    against_llamacpp_prompt: float
-    llamacpp_categories: tuple[str, ...]
     f16_share_of_best_fixed: float
     peak_memory: float
     auto_by_category: dict[str, float]
@@ -78,14 +75,8 @@ def load_bars(path: Path = BARS_FILE) -> Bars:
         if key not in data:
             raise EdgespecError(f"{path}: missing bar {key!r}")
 
-    def categories(key: str, given: Iterable[str]) -> list[str]:
-        for category in given:
-            if category not in CATEGORIES:
-                raise EdgespecError(f"{path}: {key}: unknown category {category!r}")
-        return list(given)
-
     def floors(key: str, table: dict) -> dict[str, float]:
-        return {category: float(table[category]) for category in categories(key, table)}
+        return {category: float(table[category]) for category in known_categories(path, key, table)}
 
     try:
         for label in data["config_by_category"]:
@@ -95,9 +86,6 @@ def load_bars(path: Path = BARS_FILE) -> Bars:
             auto=float(data["auto"]),
             auto_per_prompt=float(data["auto_per_prompt"]),
             min_tokens_per_prompt=int(data["min_tokens_per_prompt"]),
-            against_llamacpp=float(data["against_llamacpp"]),
-            against_llamacpp_prompt=float(data["against_llamacpp_prompt"]),
-            llamacpp_categories=tuple(categories("llamacpp_categories", data["llamacpp_categories"])),
             f16_share_of_best_fixed=float(data["f16_share_of_best_fixed"]),
             peak_memory=float(data["peak_memory"]),
             auto_by_category=floors("auto_by_category", data["auto_by_category"]),
@@ -111,7 +99,21 @@ def load_bars(path: Path = BARS_FILE) -> Bars:
         raise EdgespecError(f"{path}: a bar has the wrong type ({e})") from None
 
 
+def known_categories(path: Path, key: str, given: Iterable[str]) -> list[str]:
+    """``given``, or one line naming the file and key where a category does not exist."""
+    for category in given:
+        if category not in CATEGORIES:
+            raise EdgespecError(f"{path}: {key}: unknown category {category!r}")
+    return list(given)
+
+
 BARS = load_bars()
+# Where the instruments that moved out of the package run now (from a checkout).
+MOVED = {
+    "app": "python -m lab.app_cost",
+    "llamacpp": "python -m lab.llamacpp bench",
+    "llamacpp_build": "python -m lab.llamacpp build",
+}
 
 
 def add_parser(subparsers) -> None:
@@ -141,19 +143,9 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--n-gpu-layers", type=int, default=-1)
     bench.add_argument("--n-gpu-layers-draft", type=int, default=-1)
     bench.add_argument("--json", metavar="FILE", help="also write every run and the summary as JSON")
-    bench.add_argument("--llamacpp", nargs="?", const="default", default=None, metavar="BINARY",
-                       help="also run llama.cpp's own loops (llama-speculative-simple --spec-type "
-                            "ngram-simple, ngram-mod, draft-simple, or those --configs names) on the "
-                            "same prompts, interleaved (default: the tool --llamacpp-build "
-                            "made)")  # fmt: skip
-    bench.add_argument("--llamacpp-build", action="store_true",
-                       help="build llama.cpp's llama-speculative-simple (minutes, once) and stop; "
-                            "with --llamacpp, then run the benchmark with it")  # fmt: skip
     sessions.add_arguments(bench)
-    bench.add_argument("--app", nargs="*", default=None, metavar="DRAFTER",
-                       help="run the app-cost benchmark instead: the chat app streamed in headless "
-                            "Chromium against the CLI, decode rates side by side (default drafters: "
-                            "none auto; --max-tokens defaults to 160 here)")  # fmt: skip
+    for flag in MOVED:  # accepted only to say where the instrument went
+        bench.add_argument(f"--{flag.replace('_', '-')}", nargs="*", default=None, help=argparse.SUPPRESS)
     bench.add_argument("--parallel", type=int, default=None, metavar="N",
                        help="run the several-answers benchmark instead: N prompts answered one "
                             "after another and all at once on one pair, total tokens/s side by side "
@@ -163,23 +155,12 @@ def add_parser(subparsers) -> None:
     bench.set_defaults(handler=run)
 
 
-def llamacpp_binary(args: argparse.Namespace) -> Path | None:
-    if args.llamacpp_build and args.llamacpp == "default":  # alone, run() only builds
-        return llamacpp.build()
-    if args.llamacpp is None:
-        return None
-    binary = llamacpp.default_binary() if args.llamacpp == "default" else Path(args.llamacpp)
-    if not binary.is_file():
-        raise EdgespecError(f"no llama.cpp tool at {binary}; build it with: edgespec bench --llamacpp-build")
-    return binary
-
-
-def configs_from(args: argparse.Namespace) -> list[Config]:
+def configs_from(args: argparse.Namespace, known: dict[str, Config] = ALL_CONFIGS) -> list[Config]:
     labels = args.configs or DEFAULT_LABELS
-    unknown = [label for label in labels if label not in ALL_CONFIGS]
+    unknown = [label for label in labels if label not in known]
     if unknown:
-        raise EdgespecError(f"unknown configuration {unknown[0]!r} (known: {', '.join(ALL_CONFIGS)})")
-    configs = [ALL_CONFIGS[label] for label in labels]
+        raise EdgespecError(f"unknown configuration {unknown[0]!r} (known: {', '.join(known)})")
+    configs = [known[label] for label in labels]
     if args.sampling:
         configs += [c for c in SAMPLING if c not in configs]
     return with_baselines(configs)
@@ -195,32 +176,40 @@ def check_args(args: argparse.Namespace) -> None:
         raise EdgespecError(f"context length must be at least 16 tokens (got {args.ctx})")
 
 
+# The bars a caller adds for one category (a lab instrument's, over its own configurations).
+MoreBars = Callable[[str, dict[str, Cell]], list[tuple[bool, str]]]
+
+
 def run(args: argparse.Namespace) -> int:
+    for flag, command in MOVED.items():
+        if getattr(args, flag) is not None:
+            raise EdgespecError(f"--{flag.replace('_', '-')} moved out of the package: from a checkout of "
+                                f"edgespec, run {command}")  # fmt: skip
     if args.sessions is not None:  # whole sessions against servers: bench/sessions.py
         return sessions.run_from_args(args)
-    if args.app is not None:  # the chat app's cost to the answer: bench/app_cost.py
-        from edgespec.bench import app_cost
-
-        return app_cost.run_from_args(args)
     if args.parallel is not None:  # several answers at once: bench/parallel.py
         from edgespec.bench import parallel
 
         return parallel.run_from_args(args)
+    return run_corpus(args)
+
+
+def run_corpus(
+    args: argparse.Namespace,
+    *,
+    known: dict[str, Config] = ALL_CONFIGS,
+    external: ExternalRun | None = None,
+    more_bars: MoreBars | None = None,
+) -> int:
+    """The corpus benchmark over ``args.configs`` (labels of ``known``); ``external`` answers
+    the configurations marked external, and ``more_bars`` adds bars over them."""
     args.max_tokens = 128 if args.max_tokens is None else args.max_tokens
     check_args(args)
-    if args.llamacpp_build and args.llamacpp is None:
-        # A set-up step on its own: building is minutes, a whole benchmark is an hour.
-        binary = llamacpp.build()
-        print(f"llama.cpp reference tool: {binary}\nuse it with: edgespec bench --llamacpp ...")
-        return 0
     prompts = select(args.split, args.categories, args.prompts)
     if not prompts:
         raise EdgespecError("no corpus prompt matches these --prompts and --categories")
-    configs = configs_from(args)
-    binary = llamacpp_binary(args)
-    require_llamacpp_tool(configs, binary)
-    if binary is not None and not any(c in LLAMACPP for c in configs):  # none named: all of them
-        configs = with_baselines([*configs, *LLAMACPP])
+    configs = configs_from(args, known)
+    require_external(configs, external)
     lm = load_pair(args, configs)
     print(f"edgespec bench: regime {args.regime}, split {args.split}, {len(prompts)} prompts × "
           f"{len(configs)} configurations × {args.repeats} repeats, {args.max_tokens} tokens")  # fmt: skip
@@ -236,9 +225,9 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         seed=args.seed,
         on_run=print_run,
-        llamacpp=binary,
+        external=external,
     )
-    bars = print_report(report, regime=args.regime)
+    bars = print_report(report, regime=args.regime, more_bars=more_bars)
     if args.json:
         write_json(args.json, args, lm, report, bars)
     return 0
@@ -247,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
 def load_pair(args: argparse.Namespace, configs: list[Config]) -> EdgeSpec:
     """The regime's pair; the draft model only where a configuration can use it."""
     pair = pair_for(args.regime, args.target, args.draft)
-    needs_draft = any(c.drafter in ("model", "auto") or c.label == "llama.cpp draft-simple" for c in configs)
+    needs_draft = any(c.drafter in ("model", "auto") for c in configs)
     return EdgeSpec(
         pair.target,
         pair.draft if needs_draft else None,
@@ -289,7 +278,9 @@ def _fmt(x: float) -> str:
     return "   –" if math.isnan(x) else f"{x:4.2f}"
 
 
-def print_report(report: Report, *, regime: str = "cpu") -> list[tuple[bool, str]]:
+def print_report(
+    report: Report, *, regime: str = "cpu", more_bars: MoreBars | None = None
+) -> list[tuple[bool, str]]:
     summary = report.summary()
     print(f"\nmachine: {report.machine}\nmeasured costs: {report.costs}")
     print("ratios to target-only at the same temperature: geometric mean over prompts (spread over repeats), "
@@ -311,7 +302,7 @@ def print_report(report: Report, *, regime: str = "cpu") -> list[tuple[bool, str
     noise = noise_line(report)
     if noise:
         print(f"\n{noise}")
-    return print_bars(report, summary, regime=regime)
+    return print_bars(report, summary, regime=regime, more_bars=more_bars)
 
 
 _SAME_WORK = " — no drafting step: the same work as target-only, this run's noise"
@@ -338,7 +329,7 @@ def noise_line(report: Report) -> str:
 Bar = tuple[bool, str]
 
 
-def _near(ratio: float, bar: float) -> str:
+def near(ratio: float, bar: float) -> str:
     """A ratio to two decimals, or three where two would print the bar it misses (×0.97
     failing a bar of 0.97 reads as a mistake)."""
     text = f"{ratio:.2f}"
@@ -352,11 +343,18 @@ def _min_tokens(report: Report, prompt: str, config: str) -> int:
 
 
 def bars(
-    report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "cpu", held_to: Bars = BARS
+    report: Report,
+    summary: dict[str, dict[str, Cell]],
+    *,
+    regime: str = "cpu",
+    held_to: Bars = BARS,
+    more_bars: MoreBars | None = None,
 ) -> list[Bar]:
     """The bars of ``held_to`` (the shipped ones by default) that this report can be read
-    against, each passed or failed, all on decode-phase ratios."""
+    against, and ``more_bars``' per category, each passed or failed, all on decode-phase
+    ratios."""
     b = held_to
+    configs = {c.label: c for c in report.configs}
     out: list[Bar] = []
     undrafted = _undrafted(report)  # (the same for every category: read once)
     for category, cells in summary.items():
@@ -365,8 +363,9 @@ def bars(
             continue
         out += _auto_bars(report, category, cell, b, undrafted)
         if regime == "f16":
-            out += _f16_bars(category, cells, b)
-        out += _llamacpp_bars(category, cells, b)
+            out += _f16_bars(category, cells, b, configs)
+        if more_bars is not None:
+            out += more_bars(category, cells)
     out += _config_bars(summary, b)
     out += _memory_bars(report, b)
     return out
@@ -383,7 +382,7 @@ def _auto_bars(
     prompt, and the category's own floor."""
     out: list[Bar] = []
     r = cell.decode_ratio
-    out.append(_bar(r >= b.auto, f"{category}: auto ×{_near(r, b.auto)} of target-only (geometric mean; "
+    out.append(_bar(r >= b.auto, f"{category}: auto ×{near(r, b.auto)} of target-only (geometric mean; "
                                  f"bar ≥ {b.auto:.2f})"))  # fmt: skip
     long_prompts = {
         p: v for p, v in cell.per_prompt.items() if _min_tokens(report, p, "auto") >= b.min_tokens_per_prompt
@@ -392,7 +391,7 @@ def _auto_bars(
     for prompt, ratio in low.items():
         runs = len(report.prompt_ratios(prompt, ALL_CONFIGS["auto"], "decode_tps"))
         why = _SAME_WORK if len(undrafted.get(prompt, [])) == runs else ""
-        shown = _near(ratio, b.auto_per_prompt)
+        shown = near(ratio, b.auto_per_prompt)
         out.append(_bar(False, f"{prompt}: auto ×{shown} of target-only (bar ≥ {b.auto_per_prompt:.2f} "
                                f"on every prompt){why}"))  # fmt: skip
     if long_prompts and not low:
@@ -408,12 +407,12 @@ def _auto_bars(
     floor = b.auto_by_category.get(category)
     if floor is not None:
         out.append(
-            _bar(r >= floor, f"{category}: auto ×{_near(r, floor)} (geometric mean; bar ≥ {floor:.2f})")
+            _bar(r >= floor, f"{category}: auto ×{near(r, floor)} (geometric mean; bar ≥ {floor:.2f})")
         )
     return out
 
 
-def _f16_bars(category: str, cells: dict[str, Cell], b: Bars) -> list[Bar]:
+def _f16_bars(category: str, cells: dict[str, Cell], b: Bars, configs: dict[str, Config]) -> list[Bar]:
     """With an F16 draft: auto against the best fixed configuration, and the category's
     F16 floor."""
     out: list[Bar] = []
@@ -424,9 +423,7 @@ def _f16_bars(category: str, cells: dict[str, Cell], b: Bars) -> list[Bar]:
     fixed = {
         label: c.decode_ratio
         for label, c in cells.items()
-        if ALL_CONFIGS[label].fixed
-        and ALL_CONFIGS[label].temperature == 0
-        and ALL_CONFIGS[label] not in LLAMACPP
+        if configs[label].fixed and configs[label].temperature == 0 and not configs[label].external
     }
     if fixed:
         best = max(fixed, key=lambda label: fixed[label])
@@ -440,29 +437,7 @@ def _f16_bars(category: str, cells: dict[str, Cell], b: Bars) -> list[Bar]:
         )
     floor = b.f16_auto_by_category.get(category)
     if floor is not None:
-        out.append(_bar(r >= floor, f"{category} (f16): auto ×{_near(r, floor)} (bar ≥ {floor:.2f})"))
-    return out
-
-
-def _llamacpp_bars(category: str, cells: dict[str, Cell], b: Bars) -> list[Bar]:
-    """Auto against llama.cpp's best speculative loop, over the category and per prompt
-    (only in the categories the bars name, and where llama.cpp's loops ran)."""
-    loops = {label: c for label, c in cells.items() if ALL_CONFIGS[label] in LLAMACPP}
-    if not loops or category not in b.llamacpp_categories:
-        return []
-    cell = cells["auto"]
-    best = max(loops, key=lambda label: loops[label].decode_ratio)
-    vs = cell.decode_ratio / loops[best].decode_ratio
-    floor = b.against_llamacpp
-    out = [_bar(vs >= floor, f"{category}: auto ×{_near(vs, floor)} of llama.cpp's best loop here "
-                             f"({best}; geometric means; bar ≥ {floor:.2f})")]  # fmt: skip
-    for prompt, ratio in cell.per_prompt.items():
-        theirs = {label: c.per_prompt[prompt] for label, c in loops.items() if prompt in c.per_prompt}
-        if theirs:
-            top = max(theirs, key=lambda label: theirs[label])
-            vs, floor = ratio / theirs[top], b.against_llamacpp_prompt
-            out.append(_bar(vs >= floor, f"{prompt}: auto ×{_near(vs, floor)} of llama.cpp's best loop on "
-                                         f"it ({top}; bar ≥ {floor:.2f})"))  # fmt: skip
+        out.append(_bar(r >= floor, f"{category} (f16): auto ×{near(r, floor)} (bar ≥ {floor:.2f})"))
     return out
 
 
@@ -474,7 +449,7 @@ def _config_bars(summary: dict[str, dict[str, Cell]], b: Bars) -> list[Bar]:
             cell = summary.get(category, {}).get(label)
             if cell is not None:
                 r = cell.decode_ratio
-                text = f"{category}: {label} ×{_near(r, floor)} of target-only (bar ≥ {floor:.2f})"
+                text = f"{category}: {label} ×{near(r, floor)} of target-only (bar ≥ {floor:.2f})"
                 out.append(_bar(r >= floor, text))
     return out
 
@@ -493,8 +468,14 @@ def _memory_bars(report: Report, b: Bars) -> list[Bar]:
     ]
 
 
-def print_bars(report: Report, summary: dict[str, dict[str, Cell]], *, regime: str = "cpu") -> list[Bar]:
-    found = bars(report, summary, regime=regime)
+def print_bars(
+    report: Report,
+    summary: dict[str, dict[str, Cell]],
+    *,
+    regime: str = "cpu",
+    more_bars: MoreBars | None = None,
+) -> list[Bar]:
+    found = bars(report, summary, regime=regime, more_bars=more_bars)
     print("\n== bars (decode-phase ratios) ==")
     for ok, text in found:
         print(f"[{'pass' if ok else 'FAIL'}] {text}")

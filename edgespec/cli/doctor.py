@@ -206,14 +206,15 @@ def _compare_speed(report: Report, model: Model, measured: float, predicted: flo
 def _decode(report: Report, model: Model) -> float | None:
     """A real greedy decode: tokens/s here (returned), and proof the build computes on
     this CPU."""
+    sequence = model.sequence(0)
     try:
-        logits = model.decode(model.tokenize(PROMPT), 1)
+        logits = sequence.decode(model.tokenize(PROMPT), 1)
         out: list[int] = []
         started = time.perf_counter()
         for _ in range(N_TOKENS):
             token = int(np.argmax(logits[-1]))
             out.append(token)
-            logits = model.decode([token], 1)
+            logits = sequence.decode([token], 1)
         elapsed = time.perf_counter() - started
     except EdgespecError as exc:
         report.fail(

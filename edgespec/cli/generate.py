@@ -17,7 +17,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from edgespec.api import EdgeSpec, RuntimeOptions, settings_from
+from edgespec.api import EdgeSpec, RuntimeOptions, check_prompt_text, settings_from
 from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, MAX_GAMMA, check_choice
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
 from edgespec.decoding.events import Done, Token
@@ -220,13 +220,15 @@ def _loads_draft(args: argparse.Namespace) -> bool:
     """Whether the draft model is loaded: only where the drafter may use it."""
     if args.draft in ("", "none"):
         return False
-    return args.drafter == AUTO or (args.drafter in REGISTRY and REGISTRY[args.drafter].kind == "model")
+    return args.drafter == AUTO or (args.drafter in REGISTRY and REGISTRY[args.drafter].needs_model)
 
 
-def check_decoding_args(args: argparse.Namespace) -> None:
-    """Reject bad values before loading gigabytes of model; ``args.drafter`` and
-    ``args.gamma`` become the checked values (γ an int unless 'auto')."""
-    settings_from_args(args)
+def check_decoding_args(args: argparse.Namespace) -> GenerationSettings:
+    """Reject bad values before loading gigabytes of model, and return the answers'
+    settings, made (and checked) once; ``args.drafter`` and ``args.gamma`` become the
+    checked values (γ an int unless 'auto'). What needs the model (``--logit-bias``'s
+    token ids) the request builder checks once it is loaded."""
+    settings = settings_from_args(args)
     check_ctx(args.ctx)
     args.drafter, args.gamma = check_choice(args.drafter, args.gamma, has_draft=_loads_draft(args))
     # A draft must leave room in the context for the token after it.
@@ -238,6 +240,7 @@ def check_decoding_args(args: argparse.Namespace) -> None:
         utf8_text(args.system, "--system")
     for stop in args.stop:
         utf8_text(stop, "--stop")
+    return settings
 
 
 def utf8_text(text: str, what: str) -> str:
@@ -345,20 +348,19 @@ def read_prompt(args: argparse.Namespace) -> str:
         )
     else:
         text = sys.stdin.read()
-    if not text.strip():
-        raise EdgespecError("the prompt is empty")
+    check_prompt_text(text)  # the API's own rule, before any model loads
     return utf8_text(text, "the prompt")
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    check_decoding_args(args)
+    settings = check_decoding_args(args)
     prompt = read_prompt(args)
     lm = load(args)
     chat = args.chat or bool(args.system)
     tokens = lm.prompt_tokens(prompt, chat=chat, system=args.system)
     done = None
     scored: list[dict] = []
-    for event in lm.stream(tokens, settings_from_args(args), drafter=args.drafter, gamma=args.gamma):
+    for event in lm.stream(tokens, settings, drafter=args.drafter, gamma=args.gamma):
         if isinstance(event, Token) and not args.json:
             sys.stdout.write(event.text)
             sys.stdout.flush()
@@ -398,7 +400,7 @@ def summary_line(done: Done) -> str:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    check_decoding_args(args)
+    settings = check_decoding_args(args)
     lm = load(args)
     messages: list[dict[str, str]] = []
     if args.system:
@@ -426,7 +428,7 @@ def run_chat(args: argparse.Namespace) -> int:
         done = None
         answer = None
         try:
-            request = lm.request(messages, settings_from_args(args), drafter=args.drafter, gamma=args.gamma)
+            request = lm.request(messages, settings, drafter=args.drafter, gamma=args.gamma)
             answer = lm.start(request)
             for event in lm.events(answer):
                 if isinstance(event, Token):

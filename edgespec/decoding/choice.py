@@ -45,7 +45,7 @@ def check_choice(
     γ 'auto' or 0..max_gamma. Every refusal is one line naming the field."""
     if not isinstance(drafter, str) or drafter not in CHOICES:
         raise RequestError(f"unknown drafter {drafter!r}; choose one of {', '.join(CHOICES)}", "drafter")
-    if drafter in REGISTRY and REGISTRY[drafter].kind == "model" and not has_draft:
+    if drafter in REGISTRY and REGISTRY[drafter].needs_model and not has_draft:
         raise RequestError(f"drafter '{drafter}' needs a draft model, and none is loaded", "drafter")
     gamma = parse_gamma(gamma)
     if gamma != AUTO:
@@ -71,7 +71,8 @@ def make_policy(
     when neither is auto (or the drafter is none), else the adaptive controller, which
     learns into the pair's state (``pair_state`` is called only then: it may measure the
     cost profile first)."""
-    drafter, gamma = check_choice(drafter, gamma, has_draft="model" in loaded, max_gamma=max_gamma)
+    has_draft = any(REGISTRY[name].needs_model for name in loaded if name in REGISTRY)
+    drafter, gamma = check_choice(drafter, gamma, has_draft=has_draft, max_gamma=max_gamma)
     if drafter == NONE:
         return FixedPolicy(NONE, 0)  # target only: nothing to price, no profile to measure
     if gamma != AUTO and drafter != AUTO:

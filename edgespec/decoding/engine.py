@@ -49,15 +49,9 @@ class Engine:
         self._boundary_of: dict[int, int] = {}
         # Answers running at once: one sequence (slot) each, their steps in rounds on one
         # engine thread where several threads read answers, their passes in one decode.
-        self.slots = Slots(target.n_seq, target.sequence_tokens, self._stored)
+        self.slots = Slots(target.n_seq, lambda seq: target.sequence(seq).tokens, self._stored)
         drafts = partial(draft.decode_passes, last=True) if draft is not None else None
         self.turn = Turns(threaded, target.decode_passes, clock, drafts)
-        # Only the engine thread's answers arrive while a prompt is read; an unthreaded
-        # engine made over models a threaded one drives (the benchmark's recordings and
-        # ceilings) must not take over what their batches yield to.
-        for model in (target, draft) if threaded else ():
-            if model is not None:
-                model.yield_to(self.turn.arrival)
 
     def _stored(self, prompt: list[int]) -> int:
         """How much of ``prompt`` the target's prompt cache could bring into a sequence."""

@@ -13,9 +13,7 @@ when every draft was accepted), and both caches are rolled back to the committed
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -31,9 +29,11 @@ from edgespec.decoding.penalties import Penalties, Window, transform_row, transf
 from edgespec.decoding.policy import Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.request import Request, prediction_tokens_used
 from edgespec.decoding.sampling import probabilities, sample
+from edgespec.decoding.slots import Cancel
 from edgespec.decoding.textstream import TextStream
 from edgespec.decoding.turns import PAUSE, DraftPass, Pass, Passed, Pause, Turns, driven
-from edgespec.runtime.model import DecodeAborted, DecodeYielded, Model
+from edgespec.runtime.model import Model
+from edgespec.runtime.sequence import DecodeAborted, DecodeYielded, Sequence
 
 Scores = list[tuple[float, tuple[tuple[int, float], ...]]]
 
@@ -44,7 +44,7 @@ class LiveControl:
 
     def __init__(self, lenience: float = 1.0):
         self._lenience = check_lenience(lenience)
-        self.cancel = threading.Event()
+        self.cancel = Cancel()
 
     @property
     def lenience(self) -> float:
@@ -147,29 +147,16 @@ class Generation:
         self._ran = True
         if self.pair.turn.threaded:
             turn, stopped = self.pair.turn, lambda: self.live.stopped
-            yield from driven(turn, self._run(), self.sequence, self.bound, self.stop, stopped, every_s)
+            yield from driven(turn, self._run(), self.sequence, self.stop, stopped, every_s)
             return
-        steps = self._run()
-        while True:
-            with self.bound():
-                event = next(steps, None)
-            if event is None:
-                return
+        for event in self._run():
             if event is not PAUSE:
                 yield event
 
-    @contextmanager
-    def bound(self) -> Iterator[None]:
-        """The answer's sequence and cancel token bound to the models meanwhile."""
-        models = [m for m in (self.pair.target, self.pair.draft) if m is not None]
-        for model in models:
-            model.use(self.sequence)
-            model.listen(self.live.cancel)
-        try:
-            yield
-        finally:
-            for model in models:
-                model.listen(None)
+    @property
+    def target_sequence(self) -> Sequence:
+        """The answer's sequence of the target: every decode and rollback of its names it."""
+        return self.pair.target.sequence(self.sequence)
 
     def _run(self) -> Iterator[Event | Pause | Pass | DraftPass]:
         started = self.pair.clock()
@@ -200,15 +187,17 @@ class Generation:
         if self.live.stopped:  # withdrawn while it waited for the pair: nothing runs
             self.stop_reason = "cancelled"
             return
-        self.stats.reused_tokens = target.sync(prompt, start=True, most=self.reuse_limit)
+        sequence, cancel = self.target_sequence, self.live.cancel
+        self.stats.reused_tokens = sequence.sync(prompt, start=True, most=self.reuse_limit)
         rest = prompt[self.stats.reused_tokens :]
         try:
             # The same batches one decode of the whole rest would make, so the numbers
             # are the same; other answers step between them.
-            while len(rest) > target.prefill_chunk:
-                yield from self._read(partial(target.decode, rest[: target.prefill_chunk], 0))
-                rest = rest[target.prefill_chunk :]
-            logits = target.decode(rest, 1)
+            chunk = target.prefill_chunk
+            while len(rest) > chunk:
+                yield from self._read(partial(sequence.decode, rest[:chunk], 0, cancel=cancel))
+                rest = rest[chunk:]
+            logits = sequence.decode(rest, 1, cancel=cancel)
         except DecodeAborted:
             self.stop_reason = "cancelled"
             return
@@ -253,7 +242,7 @@ class Generation:
         clock = self.pair.clock
         started = clock()
         try:
-            decode(yielding=True)
+            decode(arrival=self.pair.turn.arrival)
             spent = clock() - started
         except DecodeYielded:
             spent = clock() - started  # (lost, but this answer's own work)
@@ -261,7 +250,7 @@ class Generation:
             if self.live.stopped:
                 raise DecodeAborted() from None
             started = clock()
-            decode(yielding=False)
+            decode()
             spent += clock() - started
         yield PAUSE
         if self.live.stopped:
@@ -275,6 +264,7 @@ class Generation:
             constraint=self.constraint,
             cancel=self.live.cancel,
             clock=self.pair.clock,
+            sequence=self.sequence,
         )
         for drafter in self.drafters.values():
             drafter.begin(setup)
@@ -303,6 +293,9 @@ class Generation:
         budget = min(room, settings.max_tokens - len(self.generated) - 1, pair.max_gamma)
         step_started = pair.clock()
         proposals = StepProposals(self.drafters, self.committed)
+        # the decode this step's pass will share: as far as this round knows it, else as
+        # the last one was
+        sharing = pair.turn.sharing() or self._shared_with
         view = StepView(
             self.committed,
             max(budget, 0),
@@ -311,8 +304,8 @@ class Generation:
             pair.boundaries,
             proposal=proposals.get,
             catch_up=proposals.catch_up,
-            others=self._shared_with[0],
-            others_tokens=self._shared_with[1],
+            others=sharing[0],
+            others_tokens=sharing[1],
         )
         plan = self.policy.plan(view)
         try:
@@ -346,7 +339,7 @@ class Generation:
                 verify_s=step.verify_s,
                 overhead_s=step_s - step.draft_s - step.verify_s,
                 new_tokens=tokens,
-                shared=self._shared_with[0] > 0,
+                shared_with=self._shared_with[0],
             )
         )
         stats = self.stats
@@ -421,7 +414,7 @@ class Generation:
     ) -> Generator[Pass, object, tuple[list[int], list[str], Step, Scores | None]]:
         """One target pass over the last committed token and the draft; the committed
         tokens, their provenance, the step and the tokens' log-probabilities."""
-        target, settings, committed = self.pair.target, self.settings, self.committed
+        target, settings, committed = self.target_sequence, self.settings, self.committed
         gamma = len(draft.tokens)
         target.mark()
         passed = yield from self._pass([committed[-1], *draft.tokens])
@@ -453,7 +446,7 @@ class Generation:
         clock = self.pair.clock
         asked = clock()
         if not self.pair.turn.threaded:
-            logits = self.pair.target.decode(tokens, len(tokens))
+            logits = self.target_sequence.decode(tokens, len(tokens), cancel=self.live.cancel)
             self._shared_with, self._waited_s = (0, 0), 0.0
             return Passed(logits, clock() - asked)
         passed: Passed = yield Pass(tokens)  # (a failed decode is raised here)

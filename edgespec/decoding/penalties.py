@@ -44,8 +44,10 @@ class Penalties:
     def active(self) -> bool:
         return self.penalizes or bool(self.logit_bias)
 
-    def validate(self, n_vocab: int | None = None) -> None:
-        """Raise EdgespecError (one line, naming the OpenAI field) for a value out of range."""
+    def validate(self) -> None:
+        """Raise RequestError (one line, naming the OpenAI field) for a value out of range.
+        The token ids of ``logit_bias`` are checked by ``check_tokens``, which needs the
+        loaded target's vocabulary."""
         for name, value in (("presence_penalty", self.presence), ("frequency_penalty", self.frequency)):
             if not _finite(value) or not -2.0 <= value <= 2.0:
                 raise RequestError(f"{name} must be a number in [-2, 2] (got {value!r})", name)
@@ -57,21 +59,32 @@ class Penalties:
             raise RequestError(
                 f"repeat_last_n must be an integer >= -1 (got {self.last_n!r})", "repeat_last_n"
             )
-        for token, bias in self.logit_bias:
-            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-                raise RequestError(f"logit_bias keys must be token ids (got {token!r})", "logit_bias")
-            if n_vocab is not None and token >= n_vocab:
-                raise RequestError(
-                    f"logit_bias names token {token}, outside the vocabulary [0, {n_vocab})", "logit_bias"
-                )
+        for _, bias in self.logit_bias:
             if not _finite(bias) or not -100.0 <= bias <= 100.0:
                 raise RequestError(
                     f"logit_bias values must be numbers in [-100, 100] (got {bias!r})", "logit_bias"
                 )
 
+    def check_tokens(self, n_vocab: int) -> None:
+        """Raise RequestError unless every ``logit_bias`` key is a token id of a vocabulary
+        of ``n_vocab`` tokens: an id past it would bias nothing, silently."""
+        for token, _ in self.logit_bias:
+            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+                raise RequestError(
+                    f"logit_bias keys must be token ids from 0 to {n_vocab - 1} (got {token!r})", "logit_bias"
+                )
+            if token >= n_vocab:
+                raise RequestError(
+                    f"logit_bias names token {token}, outside the vocabulary of {n_vocab} tokens "
+                    f"(ids 0 to {n_vocab - 1})",
+                    "logit_bias",
+                )
+
 
 def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # (an int too big for a float is finite)
 
 
 class Window:
@@ -102,11 +115,13 @@ def transform_row(row: np.ndarray, penalties: Penalties, counts: Counter) -> np.
     (a new float32 array: ``row`` may be a read-only view of llama.cpp's buffer)."""
     out = np.array(row, dtype=np.float32, copy=True)
     for token, bias in penalties.logit_bias:
+        # The builder checked the ids against the target's vocabulary; a compatible draft's
+        # may be a little shorter, and an id past its end is one it never proposes.
         if token < out.shape[0]:
             out[token] += bias
     if penalties.penalizes and counts:
         ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
-        keep = ids < out.shape[0]
+        keep = ids < out.shape[0]  # (the draft's shorter vocabulary again)
         ids = ids[keep]
         seen = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))[keep]
         logits = out[ids]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgespec.decoding.drafters import FIXED_CHOICES, NONE, Draft, Proposal
+from edgespec.decoding.drafters import DECODING_DRAFTERS, FIXED_CHOICES, NONE, Draft, Proposal
 from edgespec.decoding.sampling import SamplingParams
 
 UNIT_END, LINE_BREAK = 1, 2  # what StepView.boundaries says of a token (0: neither)
@@ -71,7 +71,11 @@ class StepOutcome:
     verify_s: float
     overhead_s: float  # Python time of the step outside llama.cpp
     new_tokens: list[int]  # what the step committed (accepted drafts + the target's token)
-    shared: bool = False  # its target pass was decoded with other answers' passes
+    shared_with: int = 0  # the other answers' passes its target pass was decoded with
+
+    @property
+    def shared(self) -> bool:
+        return self.shared_with > 0
 
 
 class Policy(Protocol):
@@ -91,7 +95,7 @@ class FixedPolicy:
         assert drafter in FIXED_CHOICES and gamma >= 0, (drafter, gamma)
         self.drafter = drafter if gamma > 0 else NONE
         self.gamma = gamma if drafter != NONE else 0
-        self.prefill_draft = self.drafter == "model"
+        self.prefill_draft = self.drafter in DECODING_DRAFTERS  # the draft reads the prompt
 
     def begin(self) -> None:
         pass

@@ -1,8 +1,10 @@
 """What an answer is asked to do, validated once and frozen: ``GenerationSettings`` (how to
 sample, how long, what to stop on, what to constrain) and ``Request`` (a prompt's tokens,
 its settings and the drafting choice). Every front end builds a ``Request`` through one
-builder (``EdgeSpec.request``); a field that cannot be honoured is a ``RequestError``
-naming it, raised here or there, never deeper: the engine only asserts."""
+builder (``EdgeSpec.request``). Each field is checked in one place, as a ``RequestError``
+naming it: what needs no model as the settings are made, here; what needs the loaded
+target (the prompt's token ids, its length, ``logit_bias``'s ids) by the builder. Never
+deeper: the engine only asserts."""
 
 from __future__ import annotations
 
@@ -61,17 +63,14 @@ class GenerationSettings:
 
 @dataclass(frozen=True)
 class Request:
-    """One validated request: the prompt's token ids (fitting the context: the builder
-    checks), its settings, and who drafts how much (``decoding.choice`` checked them)."""
+    """One validated request: the prompt's token ids (not empty, in the vocabulary and
+    fitting the context: the builder checks), its settings, and who drafts how much
+    (``decoding.choice`` checked them)."""
 
     prompt: tuple[int, ...]
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     drafter: str = AUTO
     gamma: int | str = AUTO
-
-    def __post_init__(self) -> None:
-        if not self.prompt:
-            raise RequestError("the prompt is empty", "prompt")
 
 
 def prediction_tokens_used(prediction: tuple[int, ...] | list[int], answer: list[int]) -> int:

@@ -57,9 +57,10 @@ class SamplingParams:
     min_p: float = 0.0  # 0 = off
 
     def validate(self) -> None:
-        """Raise EdgespecError (one line) if any field is out of range."""
+        """Raise RequestError (one line, naming the field) if any field is out of range:
+        the one check, made as an answer's settings are (``GenerationSettings``)."""
         t = self.temperature
-        if not _is_real(t) or math.isnan(t) or math.isinf(t):
+        if not _is_real(t) or not (isinstance(t, int | np.integer) or math.isfinite(t)):
             raise RequestError(f"temperature must be a finite number (got {_fmt(t)})", "temperature")
         if t < 0:
             raise RequestError(f"temperature must be >= 0 (got {_fmt(t)})", "temperature")
@@ -114,8 +115,12 @@ def probabilities(logits: np.ndarray, params: SamplingParams, out: np.ndarray | 
 
     Greedy params (temperature 0) give a one-hot row at the argmax (first index
     among ties); the engine normally uses argmax_rows instead.
+
+    ``params`` were validated once, as the answer's settings were made (this runs every
+    step, so it only asserts).
     """
-    params.validate()
+    assert params.temperature >= 0 and params.top_k >= 0, params
+    assert 0.0 < params.top_p <= 1.0 and 0.0 <= params.min_p < 1.0, params
     logits = np.asarray(logits)
     if logits.ndim not in (1, 2) or logits.shape[-1] == 0:
         raise ValueError(f"logits must have shape (V,) or (k, V), got {logits.shape}")

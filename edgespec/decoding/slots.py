@@ -5,7 +5,8 @@
 longest prefix with its prompt (a conversation that comes back finds its own history
 still there), counting what the prompt cache holds as held by any; among those alike the
 one that throws away least, then the one idle longest; with none free it waits, in
-arrival order.
+arrival order, on a condition every change notifies: a slot given back, and a waiting
+answer's stop (its ``Cancel`` token wakes the slots as it is set).
 Holding every slot (``exclusive``) is how the cost profile is measured and the pair is
 closed without an answer in between. How the answers in slots share the pair, step by
 step, is ``decoding.turns``.
@@ -21,7 +22,25 @@ from contextlib import contextmanager
 
 from edgespec.runtime.tokens import common_prefix
 
-_POLL_S = 0.05  # how often a waiting answer looks whether it was stopped meanwhile
+
+class Cancel(threading.Event):
+    """An answer's stop: set once, from any thread. Setting it also runs the callbacks
+    watching it, so whoever waits for the answer's sake (a slot) wakes at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watchers: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        super().set()
+        for watcher in list(self._watchers):
+            watcher()
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        self._watchers.append(callback)
+
+    def unwatch(self, callback: Callable[[], None]) -> None:
+        self._watchers.remove(callback)
 
 
 class Slots:
@@ -58,7 +77,7 @@ class Slots:
         return self.count - len(self._free)
 
     @contextmanager
-    def lease(self, prompt: tuple[int, ...] | list[int], cancel: threading.Event) -> Iterator[int | None]:
+    def lease(self, prompt: tuple[int, ...] | list[int], cancel: Cancel) -> Iterator[int | None]:
         """A sequence for one answer while the block runs; None when ``cancel`` was set
         while it waited for one (it then runs nothing)."""
         seq = self._take(list(prompt), cancel)
@@ -68,21 +87,30 @@ class Slots:
             if seq is not None:
                 self._give_back(seq)
 
-    def _take(self, prompt: list[int], cancel: threading.Event) -> int | None:
+    def _take(self, prompt: list[int], cancel: Cancel) -> int | None:
+        # Watched before the first look, so a stop set at any moment is seen or wakes it.
+        cancel.watch(self._wake)
+        try:
+            with self._cond:
+                number = next(self._queue)
+                self._waiting.append(number)
+                try:
+                    while self._exclusive or not self._free or self._waiting[0] != number:
+                        if cancel.is_set():
+                            return None
+                        self._cond.wait()
+                    seq = self._choose(prompt)
+                    self._free.discard(seq)
+                    return seq
+                finally:
+                    self._waiting.remove(number)
+                    self._cond.notify_all()
+        finally:
+            cancel.unwatch(self._wake)
+
+    def _wake(self) -> None:
         with self._cond:
-            number = next(self._queue)
-            self._waiting.append(number)
-            try:
-                while self._exclusive or not self._free or self._waiting[0] != number:
-                    if cancel.is_set():
-                        return None
-                    self._cond.wait(_POLL_S)
-                seq = self._choose(prompt)
-                self._free.discard(seq)
-                return seq
-            finally:
-                self._waiting.remove(number)
-                self._cond.notify_all()
+            self._cond.notify_all()
 
     def _choose(self, prompt: list[int]) -> int:
         """The slot holding most of the prompt, counting what the prompt cache holds as held
@@ -115,7 +143,7 @@ class Slots:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._cond.wait(left if left is not None else _POLL_S)
+                self._cond.wait(left)  # (None: until a slot is given back)
             self._exclusive = True
             return True
 

@@ -10,8 +10,9 @@ turn. Each answer's events go to a queue of its own, which the thread reading th
 drains. Other calls (measuring costs, an embedding) run between rounds, in the order asked.
 
 An answer that joins goes first in the next round, and the batch of a prompt being read
-when it joins stops (``arrival``, ``Model.yield_to``) and is read again after it: a short
-question's first token waits for its own prompt, not another's batch (about 1.5 s here).
+when it joins stops (``arrival``, which each prompt batch is decoded with) and is read
+again after it: a short question's first token waits for its own prompt, not another's
+batch (about 1.5 s here).
 
 The engine is shared by time, not by turns: each answer is charged the seconds of its own
 turns and its share of shared decodes, and an answer reading a long prompt takes its next
@@ -35,7 +36,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -140,12 +140,16 @@ class Turns:
         self._new: set[int] = set()
         self._closed = False
         # Set while an answer that joined waits for its first round: the prompt batch
-        # decoding then stops (``Model.yield_to``) and is read again after the newcomer's.
+        # decoding then, given it, stops (``DecodeYielded``) and is read again after the
+        # newcomer's.
         self.arrival = threading.Event()
         # What a pass of k tokens costs alone (the pair's cost curve, once known): a shared
         # decode's seconds are split by it, so each answer is charged what its pass would
         # cost alone, scaled to the decode; by tokens until then.
         self.weigh: Callable[[int], float] | None = None
+        # While a round's answers plan, on the engine thread: the round's other answers
+        # and the tokens their passes will hold, as far as known (``sharing``).
+        self._round_view: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
         if threaded:
             self._thread = threading.Thread(target=self._loop, name="edgespec-engine", daemon=True)
@@ -173,6 +177,15 @@ class Turns:
             self._calls.append((lambda: call(*args), future))
             self._cond.notify_all()
         return future.result()
+
+    def sharing(self) -> tuple[int, int] | None:
+        """For the answer taking its turn now, on the engine thread: the other answers of
+        this round and the tokens of the decode they will share with it, the passes they
+        asked already counted as asked and those still to plan as plain steps; None
+        outside a round. The answers of a round decide their drafts in turn, each knowing
+        what the ones before it put in the shared pass (a draft that the batch already
+        pays for elsewhere is dearer here than it would be alone)."""
+        return self._round_view
 
     def join(self, runner: Runner) -> None:
         """Drive ``runner`` from the next round on, until it is finished (threaded only)."""
@@ -242,8 +255,13 @@ class Turns:
         drafting = runners
         while drafting:
             drafts: list[tuple[Runner, Pass | DraftPass]] = []
-            for runner in drafting:
+            for i, runner in enumerate(drafting):
+                # the passes asked, the answers drafting (a token at least each), and those
+                # after this one (a plain step each until they plan)
+                known = sum(len(wanted.tokens) for _, wanted in asked) + len(drafts)
+                self._round_view = (len(runners) - 1, known + len(drafting) - i - 1)
                 wanted = self._advance(runner)
+                self._round_view = None
                 if runner.finished:
                     with self._cond:
                         self._runners.remove(runner)
@@ -335,17 +353,15 @@ def _settle(future: Future, call: Callable[[], object]) -> None:
 
 _END = object()
 Steps = Generator[object, Passed | None, None]  # events, pauses and passes
-Binding = Callable[[], AbstractContextManager]  # binds an answer's sequence to the models meanwhile
 
 
 class Driven:
     """An answer's steps as the engine thread drives them: what they yield, other than
     passes and pauses, goes to ``events`` for the thread that reads the answer."""
 
-    def __init__(self, steps: Steps, sequence: int, bound: Binding, stopped: Callable[[], bool]):
+    def __init__(self, steps: Steps, sequence: int, stopped: Callable[[], bool]):
         self.steps = steps
         self.sequence = sequence
-        self.bound = bound
         self._stopped = stopped
         self.finished = False
         self.told = False
@@ -361,14 +377,11 @@ class Driven:
         # thread, which then runs beside the next decode and slows it.
         events: list[object] = []
         try:
-            with self.bound():
-                if isinstance(result, BaseException):  # the pass failed: raised in the answer
-                    item = self.steps.throw(result)
-                else:
-                    item = self.steps.send(result)
-                while not isinstance(item, Pass | DraftPass | Pause):
-                    events.append(item)
-                    item = next(self.steps)
+            # (a failed pass is raised in the answer)
+            item = self.steps.throw(result) if isinstance(result, BaseException) else self.steps.send(result)
+            while not isinstance(item, Pass | DraftPass | Pause):
+                events.append(item)
+                item = next(self.steps)
         except StopIteration:
             self._end(events)
             return None
@@ -400,16 +413,15 @@ def driven(
     turns: Turns,
     steps: Steps,
     sequence: int,
-    bound: Binding,
     stop: Callable[[], None],
     stopped: Callable[[], bool],
     every_s: float = 0.0,
 ) -> Iterator[object]:
-    """The events of an answer's ``steps`` that the engine thread runs (``bound`` binds its
-    sequence and cancel token to the models), as they come, or with ``every_s`` at most
+    """The events of an answer's ``steps`` that the engine thread runs (in ``sequence``, which
+    its steps' decodes name), as they come, or with ``every_s`` at most
     that often after the first (the last at once); ``stop`` ends the answer, ``stopped``
     says whether it was."""
-    runner = Driven(steps, sequence, bound, stopped)
+    runner = Driven(steps, sequence, stopped)
     turns.join(runner)
     ended = False
     try:

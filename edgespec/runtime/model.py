@@ -1,14 +1,13 @@
 """One GGUF model in llama.cpp, through the low-level ``llama-cpp-python`` API.
 
-A ``Model`` owns one llama.cpp context of one or more sequences and remembers which
-tokens each holds (``model.tokens`` for the current one: position i holds token i). It can
+A ``Model`` owns one llama.cpp context of one or more sequences, each a ``Sequence``
+(``runtime.sequence``: the tokens it holds, its decodes and rollback) that
+``model.sequence(seq)`` hands out. The model keeps no current sequence: every call that
+works on one names it. It can
 
-* decode a batch of tokens appended at the end, asking for logits only for the last
-  ``n_outputs`` of them (one row for a prefill or a draft step, γ+1 rows to verify), or
-  several sequences' verification passes in one batch;
-* roll the sequence back to its first n tokens, by truncation (``llama_memory_seq_rm``)
-  or, where a model's memory cannot drop part of a sequence (recurrent and hybrid
-  models), by restoring a snapshot taken with ``mark()`` and re-decoding what follows;
+* make llama.cpp's calls for a sequence: a batch decoded (stopped by the cancel token or
+  arrival given with it), part of it removed, its state saved and loaded;
+* decode several sequences' short passes in one batch (``decode_passes``);
 * tokenize and detokenize, and report vocabulary facts.
 
 The high-level ``llama_cpp.Llama`` is avoided on purpose: with ``logits_all`` it keeps
@@ -22,7 +21,6 @@ import ctypes
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import llama_cpp
 import numpy as np
@@ -32,17 +30,9 @@ from edgespec.errors import EdgespecError
 from edgespec.models.gguf import kv_bytes_per_token, read_info
 from edgespec.runtime import system
 from edgespec.runtime.context_size import default_context
-from edgespec.runtime.tokens import common_prefix
+from edgespec.runtime.sequence import DecodeAborted, DecodeYielded, PromptExchange, Sequence, Snapshot
 
-
-class PromptExchange(Protocol):
-    """What a model asks of the pair's prompt cache (``runtime.prompt_cache``) as an
-    answer starts."""
-
-    def exchange(self, model: Model, wanted: list[int], common: int) -> int: ...
-
-    def held(self, model: Model, tokens: list[int]) -> int: ...
-
+__all__ = ["DecodeAborted", "DecodeYielded", "LoadOptions", "Model", "Sequence", "Snapshot"]
 
 ROLLBACK_MODES = ("auto", "truncate", "snapshot")
 LOAD_MODE_READ = 0  # llama_load_mode NONE: read the file, no mmap
@@ -125,17 +115,9 @@ class LoadOptions:
     n_seq: int = 1
 
 
-@dataclass
-class Snapshot:
-    """The saved state of the sequence when it held ``n_tokens`` tokens."""
-
-    n_tokens: int
-    data: ctypes.Array
-
-
 class Model:
-    """A loaded GGUF model with one context of ``options.n_seq`` sequences. Every call
-    works on the current sequence (``use``), whose tokens are ``tokens``."""
+    """A loaded GGUF model with one context of ``options.n_seq`` sequences; a call that
+    works on one names it (``sequence(seq)``, ``decode_passes``)."""
 
     def __init__(self, path: Path, options: LoadOptions = LoadOptions(), *, name: str = ""):
         if options.rollback not in ROLLBACK_MODES:
@@ -163,20 +145,15 @@ class Model:
         self.rollback = options.rollback
         if self.rollback == "auto":
             self.rollback = "snapshot" if self.recurrent else "truncate"
-        self.seq = 0  # the current sequence; ``tokens`` and ``_snapshot`` are its
-        self.tokens: list[int] = []
-        self._snapshot: Snapshot | None = None
-        self._parked: list[tuple[list[int], Snapshot | None]] = [([], None) for _ in range(self.n_seq)]
+        self.max_outputs = options.max_outputs
+        self.sequences = [Sequence(self, seq) for seq in range(self.n_seq)]
         # The pair's prompt cache, once one is attached (``PromptCache.attach``).
         self.prompt_cache: PromptExchange | None = None
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
-        # The cancel token of the answer decoding on this model now (see ``listen``): a
-        # long decode stops when that answer is stopped, and no other answer's stop reaches it.
-        self._cancel = threading.Event()
-        # Set when another answer arrives (``yield_to``): a yielding prompt batch stops.
-        self._arrival = threading.Event()
-        self._yielding = False
+        # The cancel token and arrival of the decode in flight, as its caller gave them: the
+        # abort callback reads these, so no other answer's stop reaches that decode.
+        self._in_flight: tuple[threading.Event | None, threading.Event | None] = (None, None)
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._should_stop())
         self._abort_armed = False
 
@@ -320,70 +297,77 @@ class Model:
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
-    # -- decoding -----------------------------------------------------------------------
+    # -- llama.cpp's calls, each for the sequence named -----------------------------------
 
-    def decode(self, tokens: list[int], n_outputs: int = 1, *, yielding: bool = False) -> np.ndarray:
-        """Append ``tokens`` to the sequence and return logits for its last ``n_outputs``
-        positions as a (n_outputs, n_vocab) float32 view into llama.cpp's buffer.
-        ``yielding`` (a batch of a prompt, no outputs): it stops, ``DecodeYielded``, with
-        nothing appended, when another answer arrives meanwhile (``yield_to``).
+    def sequence(self, seq: int) -> Sequence:
+        """Sequence ``seq`` of the context: what an answer leasing it decodes in."""
+        if not 0 <= seq < self.n_seq:
+            raise ValueError(f"sequence {seq} outside 0..{self.n_seq - 1}")
+        return self.sequences[seq]
 
-        The view is valid until the next decode; copy what must outlive it."""
-        if not tokens:
-            raise ValueError("decode needs at least one token")
-        if not 0 <= n_outputs <= min(len(tokens), self.options.max_outputs):
-            raise ValueError(f"n_outputs={n_outputs} outside 0..{min(len(tokens), self.options.max_outputs)}")
-        if len(self.tokens) + len(tokens) > self.n_ctx:
-            raise EdgespecError(f"context full: {len(self.tokens) + len(tokens)} tokens > n_ctx {self.n_ctx}")
-        if yielding and n_outputs == 0 and len(tokens) <= self._batch_capacity:
-            return self._read_yielding(tokens)
-        first_output = len(tokens) - n_outputs
-        for start in range(0, len(tokens), self._batch_capacity):
-            chunk = tokens[start : start + self._batch_capacity]
-            self._submit(chunk, first_output - start)
-        if n_outputs == 0:
-            # Reading logits waits for the backend; nothing is read here, and a GPU backend
-            # returns while its work is still queued. That work would then be billed to the
-            # next decode, and whatever times that decode (the cost profile) would price it
-            # far above what it costs in a step.
-            llama_cpp.llama_synchronize(self._ctx)
-            return np.empty((0, self.n_vocab), dtype=np.float32)
-        ptr = llama_cpp.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
-
-    def _read_yielding(self, tokens: list[int]) -> np.ndarray:
-        """A batch of a prompt that stops if another answer arrives meanwhile. Whatever
-        part of it was decoded is lost, a few percent of a long prompt's reading, against
-        up to a whole batch (1.5 s here) added to a short question's first token."""
-        self._yielding = True
-        try:
-            self._submit(tokens, len(tokens))
-            llama_cpp.llama_synchronize(self._ctx)
-        finally:
-            self._yielding = False
-        return np.empty((0, self.n_vocab), dtype=np.float32)
-
-    def _submit(self, chunk: list[int], first_output: int) -> None:
+    def submit(
+        self,
+        seq: int,
+        pos0: int,
+        chunk: list[int],
+        first_output: int,
+        cancel: threading.Event | None = None,
+        arrival: threading.Event | None = None,
+    ) -> int:
+        """One ``llama_decode`` of ``chunk`` at positions ``pos0``… of sequence ``seq``,
+        logits from ``first_output`` on; llama.cpp's status (2: stopped, by ``cancel`` or
+        ``arrival`` being set meanwhile)."""
         batch = self._batch
-        pos0 = len(self.tokens)
         n = len(chunk)
         batch.n_tokens = n
         for i, token in enumerate(chunk):
             batch.token[i] = token
             batch.pos[i] = pos0 + i
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = self.seq
+            batch.seq_id[i][0] = seq
             batch.logits[i] = i >= first_output
         self._arm_abort(n >= _ABORTABLE_BATCH)
         if crashguard.is_armed():  # skip even the formatting when nobody would read it
             crashguard.note(f"{self.name}: decoding {n} tokens at position {pos0}")
-        status = llama_cpp.llama_decode(self._ctx, batch)
-        if status != 0:
-            self._recover_after_failed_decode()
-            if status == 2:
-                raise DecodeAborted() if self._cancel.is_set() else DecodeYielded()
-            raise EdgespecError(f"llama.cpp decode failed (status {status}): {_last_log_error()}")
-        self.tokens.extend(chunk)
+        self._in_flight = (cancel, arrival)
+        try:
+            return llama_cpp.llama_decode(self._ctx, batch)
+        finally:
+            self._in_flight = (None, None)
+
+    def synchronize(self) -> None:
+        llama_cpp.llama_synchronize(self._ctx)
+
+    def logits(self, rows: int) -> np.ndarray:
+        """The last decode's ``rows`` logits rows, a view into llama.cpp's buffer."""
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(rows, self.n_vocab))
+
+    def remove(self, seq: int, start: int) -> bool:
+        """Drop positions ``start``… of sequence ``seq`` (-1: all of it, which never fails)."""
+        return bool(llama_cpp.llama_memory_seq_rm(self._memory, seq, start, -1))
+
+    def save_state(self, seq: int) -> ctypes.Array:
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
+        data = (ctypes.c_uint8 * max(size, 1))()
+        if llama_cpp.llama_state_seq_get_data(self._ctx, data, size, seq) != size:
+            raise EdgespecError(f"{self.name}: saving the sequence state failed")
+        return data
+
+    def set_state(self, seq: int, data: ctypes.Array) -> bool:
+        return bool(llama_cpp.llama_state_seq_set_data(self._ctx, data, len(data), seq))
+
+    def span(self, seq: int) -> tuple[int, int]:
+        mem = self._memory
+        return llama_cpp.llama_memory_seq_pos_min(mem, seq), llama_cpp.llama_memory_seq_pos_max(mem, seq)
+
+    def last_error(self) -> str:
+        return _last_log_error()
+
+    def empty_all(self) -> None:
+        """Empty every sequence (llama.cpp's whole memory)."""
+        llama_cpp.llama_memory_clear(self._memory, True)
+        for sequence in self.sequences:
+            sequence.forget()
 
     def decode_passes(self, passes: list[tuple[int, list[int]]], *, last: bool = False) -> list[np.ndarray]:
         """Several sequences' short passes (``(seq, tokens)``, logits for every token: a
@@ -392,8 +376,8 @@ class Model:
         are a copy of its own rows, which outlives the next decode (another answer's, before
         this one's reads them)."""
         if len(passes) == 1:
-            self.use(passes[0][0])
-            return [self.decode(passes[0][1], 1 if last else len(passes[0][1])).copy()]
+            seq, tokens = passes[0]
+            return [self.sequence(seq).decode(tokens, 1 if last else len(tokens)).copy()]
         results: list[np.ndarray] = [np.empty(0)] * len(passes)
         limit = self._batch_capacity if last else min(self._batch_capacity, self._outputs_capacity)
         group: list[int] = []
@@ -408,9 +392,9 @@ class Model:
     def _decode_group(
         self, passes: list[tuple[int, list[int]]], group: list[int], results: list, last: bool
     ) -> None:
-        batch, n, most = self._batch, 0, self._batch_capacity if last else self.options.max_outputs
+        batch, n, most = self._batch, 0, self._batch_capacity if last else self.max_outputs
         for seq, tokens in (passes[i] for i in group):
-            held = self.sequence_tokens(seq)
+            held = self.sequence(seq).tokens
             if not 0 < len(tokens) <= most or len(held) + len(tokens) > self.n_ctx:
                 raise ValueError(f"a pass of {len(tokens)} tokens does not fit sequence {seq}")
             for i, token in enumerate(tokens):
@@ -422,23 +406,16 @@ class Model:
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             for seq, _ in (passes[i] for i in group):
-                llama_cpp.llama_memory_seq_rm(self._memory, seq, len(self.sequence_tokens(seq)), -1)
+                self.remove(seq, len(self.sequences[seq].tokens))
             raise EdgespecError(f"llama.cpp decode failed (status {status}): {_last_log_error()}")
-        outputs = len(group) if last else n
-        rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(outputs, self.n_vocab))
+        rows = self.logits(len(group) if last else n)
         start = 0
         for i in group:
             seq, tokens = passes[i]
-            self.sequence_tokens(seq).extend(tokens)
+            self.sequences[seq].tokens.extend(tokens)
             width = 1 if last else len(tokens)
             results[i] = rows[start : start + width].copy()
             start += width
-
-    def _recover_after_failed_decode(self) -> None:
-        """A fatal or aborted decode may leave part of the batch in memory: cut back to
-        what we believe the cache holds."""
-        if not llama_cpp.llama_memory_seq_rm(self._memory, self.seq, len(self.tokens), -1):
-            self.reset()
 
     def _arm_abort(self, armed: bool) -> None:
         """llama.cpp polls the abort callback between graph nodes, several hundred times
@@ -450,129 +427,8 @@ class Model:
             self._abort_armed = armed
 
     def _should_stop(self) -> bool:
-        return self._cancel.is_set() or (self._yielding and self._arrival.is_set())
-
-    def yield_to(self, arrival: threading.Event) -> None:
-        """Yielding decodes stop once ``arrival`` is set: the engine sets it when an
-        answer joins, so a new answer's prompt is read without waiting out another's
-        batch."""
-        self._arrival = arrival
-
-    def listen(self, cancel: threading.Event | None) -> None:
-        """Decodes from now on stop (``DecodeAborted``) once ``cancel`` is set: the token
-        of the answer that decodes on this model, handed over as it starts; None when no
-        answer does."""
-        self._cancel = cancel if cancel is not None else threading.Event()
-
-    # -- sequences --------------------------------------------------------------------------
-
-    def use(self, seq: int) -> None:
-        """Make ``seq`` the current sequence: what every later call decodes in, cuts back
-        and saves (an answer binds its own before each of its steps)."""
-        if seq == self.seq:
-            return
-        if not 0 <= seq < self.n_seq:
-            raise ValueError(f"sequence {seq} outside 0..{self.n_seq - 1}")
-        self._parked[self.seq] = (self.tokens, self._snapshot)
-        self.seq = seq
-        self.tokens, self._snapshot = self._parked[seq]
-
-    def sequence_tokens(self, seq: int) -> list[int]:
-        """The tokens sequence ``seq`` holds (the current one's list is ``tokens``)."""
-        return self.tokens if seq == self.seq else self._parked[seq][0]
-
-    # -- rollback -----------------------------------------------------------------------
-
-    def mark(self) -> None:
-        """Remember the current state so that ``keep`` can return to it in snapshot mode.
-        Only needed (and only costs anything) when rollback == "snapshot"."""
-        if self.rollback != "snapshot":
-            return
-        self._snapshot = self.snapshot()
-
-    def keep(self, n: int) -> None:
-        """Roll the sequence back to its first ``n`` tokens."""
-        if n >= len(self.tokens):
-            return
-        if self.rollback == "truncate":
-            self.truncate(n)
-            return
-        snap = self._snapshot
-        if snap is None or snap.n_tokens > n:
-            # No snapshot at or before n: start over and re-decode the prefix.
-            replay = self.tokens[:n]
-            self.reset()
-        else:
-            replay = self.tokens[snap.n_tokens : n]
-            self.restore(snap)
-        if replay:
-            self.decode(replay, n_outputs=0)
-
-    def truncate(self, n: int) -> None:
-        """Drop every position >= n from the KV cache."""
-        if not llama_cpp.llama_memory_seq_rm(self._memory, self.seq, n, -1):
-            raise EdgespecError(
-                f"{self.name}: llama.cpp cannot remove part of this model's sequence; use --rollback snapshot"
-            )
-        del self.tokens[n:]
-
-    def snapshot(self) -> Snapshot:
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, self.seq)
-        data = (ctypes.c_uint8 * max(size, 1))()
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, data, size, self.seq)
-        if written != size:
-            raise EdgespecError(f"{self.name}: saving the sequence state failed")
-        return Snapshot(n_tokens=len(self.tokens), data=data)
-
-    def restore(self, snap: Snapshot) -> None:
-        llama_cpp.llama_memory_seq_rm(self._memory, self.seq, -1, -1)
-        if snap.n_tokens and not llama_cpp.llama_state_seq_set_data(
-            self._ctx, snap.data, len(snap.data), self.seq
-        ):
-            self.tokens = []
-            raise EdgespecError(f"{self.name}: restoring the sequence state failed")
-        self.tokens = self.tokens[: snap.n_tokens]
-        self._snapshot = snap
-
-    def load_state(self, tokens: list[int], data: ctypes.Array) -> None:
-        """Make the sequence hold ``tokens`` from state bytes saved by ``snapshot`` (on this
-        model, with these context settings: the prompt cache checks that)."""
-        llama_cpp.llama_memory_seq_rm(self._memory, self.seq, -1, -1)
-        self.tokens, self._snapshot = [], None
-        if not llama_cpp.llama_state_seq_set_data(self._ctx, data, len(data), self.seq):
-            raise EdgespecError(f"{self.name}: restoring a cached state failed")
-        self.tokens = list(tokens)
-
-    def empty_all(self) -> None:
-        """Empty every sequence (llama.cpp's whole memory); the current one stays current."""
-        llama_cpp.llama_memory_clear(self._memory, True)
-        self._parked = [([], None) for _ in range(self.n_seq)]
-        self.tokens, self._snapshot = [], None
-
-    def reset(self) -> None:
-        """Empty the sequence (removing a whole sequence never fails)."""
-        llama_cpp.llama_memory_seq_rm(self._memory, self.seq, -1, -1)
-        self.tokens, self._snapshot = [], None
-
-    def cache_span(self) -> tuple[int, int]:
-        """(first, last) position llama.cpp holds for the sequence, (-1, -1) if empty: for tests."""
-        mem, seq = self._memory, self.seq
-        return llama_cpp.llama_memory_seq_pos_min(mem, seq), llama_cpp.llama_memory_seq_pos_max(mem, seq)
-
-    def sync(self, tokens: list[int], *, start: bool = False, most: int | None = None) -> int:
-        """Make the cache hold the longest prefix of ``tokens`` it can without decoding, less
-        at least one token (whose logits are needed); returns how many tokens are reused.
-
-        ``start``: the first sync of an answer (its prompt), where the pair's prompt cache
-        may keep what the sequence holds and bring in a stored state sharing more of it.
-        ``most``: reuse no more than this many tokens (a baseline that must pay the prefill
-        the answer it is compared with paid)."""
-        limit = len(tokens) - 1 if most is None else min(len(tokens) - 1, most)
-        common = common_prefix(self.tokens, tokens, limit=limit)
-        if start and self.prompt_cache is not None and self.rollback == "truncate" and most is None:
-            common = self.prompt_cache.exchange(self, tokens[:limit], common)
-        self.keep(common)
-        return common
+        cancel, arrival = self._in_flight
+        return (cancel is not None and cancel.is_set()) or (arrival is not None and arrival.is_set())
 
 
 def free_context(batch, ctx) -> None:
@@ -581,15 +437,6 @@ def free_context(batch, ctx) -> None:
         llama_cpp.llama_batch_free(batch)
     if ctx:
         llama_cpp.llama_free(ctx)
-
-
-class DecodeAborted(Exception):
-    """A decode stopped because the answer it decoded for was stopped (``Model.listen``)."""
-
-
-class DecodeYielded(Exception):
-    """A yielding decode (a batch of a prompt) stopped, nothing of it kept, because
-    another answer arrived (``Model.yield_to``); decoded again, it gives the same state."""
 
 
 def _last_log_error() -> str:

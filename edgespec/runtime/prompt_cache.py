@@ -1,13 +1,14 @@
 """Idle prompts' KV states, kept so that a conversation that comes back costs only its new
 tokens: the ``PromptCache`` of a loaded pair, shared by its models.
 
-A model's context decodes one conversation at a time. When a prompt arrives that would
-throw away much of what the context holds (another conversation's history), the cache
-first copies that state out (``llama_state_seq_get_data``: the KV bytes themselves), then
-looks for the stored state sharing the longest token prefix with the new prompt (a prefix
-tree over token ids) and, when it saves more than a few tokens of prefill, copies it back
-in and truncates it to the shared prefix. Restoring writes the very bytes that were saved,
-so the next decode computes on exactly the state the conversation left.
+Each sequence of a model's context holds one conversation at a time. When a prompt
+arrives that would throw away much of what its sequence holds (another conversation's
+history), the cache first copies that state out (``llama_state_seq_get_data``: the KV
+bytes themselves), then looks for the stored state sharing the longest token prefix with
+the new prompt (a prefix tree over token ids) and, when it saves more than a few tokens
+of prefill, copies it back in and truncates it to the shared prefix. Restoring writes the
+very bytes that were saved, so the next decode computes on exactly the state the
+conversation left.
 
 States live in host memory within a byte budget, least recently used out first, and, with
 a directory, on disk too: a restarted server or app answers a returning conversation warm.
@@ -37,6 +38,7 @@ from edgespec.runtime.state_file import Provenance, StateFileError
 
 if TYPE_CHECKING:
     from edgespec.runtime.model import Model
+    from edgespec.runtime.sequence import Sequence
 
 log = logging.getLogger("edgespec.cache")
 
@@ -121,16 +123,16 @@ class PromptCache:
 
     # -- the exchange a sync makes ----------------------------------------------------------
 
-    def exchange(self, model: Model, wanted: list[int], common: int) -> int:
-        """Before ``model`` keeps only ``common`` tokens to go on with ``wanted``: store what
-        it would lose, and bring in a stored state that shares more of ``wanted``. Returns
-        how many of ``wanted``'s tokens the context now holds."""
+    def exchange(self, sequence: Sequence, wanted: list[int], common: int) -> int:
+        """Before ``sequence`` keeps only ``common`` tokens to go on with ``wanted``: store
+        what it would lose, and bring in a stored state that shares more of ``wanted``.
+        Returns how many of ``wanted``'s tokens the sequence now holds."""
         with self._lock:
-            if len(model.tokens) - common >= MIN_TOKENS:
-                self._store(model)
+            if len(sequence.tokens) - common >= MIN_TOKENS:
+                self._store(sequence)
             if len(wanted) - common < MIN_GAIN:
                 return common  # the context holds (nearly) all of it already
-            match = self._tree.match(self._key(model, wanted))
+            match = self._tree.match(self._key(sequence.model, wanted))
             if match is None or match.length - 1 - common < MIN_GAIN:
                 self.misses += 1
                 return common
@@ -139,17 +141,17 @@ class PromptCache:
             if data is None:
                 self.misses += 1
                 return common
-            model.load_state(list(state.tokens), data)
+            sequence.load_state(list(state.tokens), data)
             self.hits += 1
             return match.length - 1
 
-    def _store(self, model: Model) -> None:
-        key = self._key(model, model.tokens)
+    def _store(self, sequence: Sequence) -> None:
+        key = self._key(sequence.model, sequence.tokens)
         found = self._tree.match(key)
         if found is not None and found.length == len(key):
             return  # already stored, whole (or as part of a longer state)
-        index = self._models.index(model)
-        state = _State(index, tuple(model.tokens), model.snapshot().data)
+        index = self._models.index(sequence.model)
+        state = _State(index, tuple(sequence.tokens), sequence.snapshot().data)
         if self.options.directory is not None:
             provenance = self._provenance[index]
             state.path = self.options.directory / f"{_file_id(provenance, key)}{state_file.SUFFIX}"
@@ -308,12 +310,9 @@ class PromptCache:
         if self.options.directory is not None:
             with self._lock:
                 for model in self._models:
-                    current = model.seq
-                    for seq in range(model.n_seq):
-                        model.use(seq)
-                        if len(model.tokens) >= MIN_TOKENS:
-                            self._store(model)
-                    model.use(current)
+                    for sequence in model.sequences:
+                        if len(sequence.tokens) >= MIN_TOKENS:
+                            self._store(sequence)
         if self._writer is not None:
             self._writes.put(None)
             self._writer.join()

@@ -32,8 +32,8 @@ N_TOKENS = 8
 
 def greedy(model: Model, prompt: str, n_tokens: int) -> tuple[str, float]:
     """The greedy continuation of ``prompt`` and the decode speed in tokens/s."""
-    tokens = model.tokenize(prompt)
-    logits = model.decode(tokens, 1)
+    tokens, sequence = model.tokenize(prompt), model.sequence(0)
+    logits = sequence.decode(tokens, 1)
     out: list[int] = []
     started = time.perf_counter()
     for _ in range(n_tokens):
@@ -41,7 +41,7 @@ def greedy(model: Model, prompt: str, n_tokens: int) -> tuple[str, float]:
         if model.is_eog(token):
             break
         out.append(token)
-        logits = model.decode([token], 1)
+        logits = sequence.decode([token], 1)
     elapsed = time.perf_counter() - started
     return model.detokenize(out), (len(out) / elapsed if elapsed > 0 else 0.0)
 

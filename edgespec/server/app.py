@@ -1,9 +1,11 @@
-"""The FastAPI application: routes, authentication, and errors in OpenAI's shape.
+"""The FastAPI application: routes, authentication, and errors in each wire's shape.
 
 The app is created before the model pair is loaded (``ServerState.ready`` turns true
 afterwards), so that ``/health`` can say "loading" while the weights and the cost profile
-come in. No traceback ever reaches a client: what is not an ``ApiError`` becomes a 500
-with an OpenAI error body, and the server goes on serving.
+come in. Every answering route runs one path for its ``Wire`` (authorize, translate, parse,
+submit, stream or answer whole). No traceback ever reaches a client: what is not an
+``ApiError`` becomes a 500, in the wire's own error shape on a wire's route (OpenAI's
+elsewhere), and the server goes on serving.
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec.api import EdgeSpec
-from edgespec.server import anthropic, chunks, pipeline, wires
+from edgespec.server import anthropic, pipeline, wires
 from edgespec.server.errors import ApiError, error_body
 from edgespec.server.extras import add_extra_routes
 from edgespec.server.metrics import Metrics, track_requests
 from edgespec.server.pipeline import RETRY_AFTER_S
 from edgespec.server.queue import EngineQueue
 from edgespec.server.responses import ResponseStore
-from edgespec.server.schemas import Job, chat_prompt, parse_chat, parse_completion
-from edgespec.server.wires import Translator, Wire
+from edgespec.server.schemas import chat_prompt
+from edgespec.server.wires import Exchange, Translator, Wire
 
 log = logging.getLogger("edgespec.server")
 
@@ -115,19 +117,19 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        return await _complete(state, request, parse_chat)
+        return await _answer(state, request, wires.CHAT_COMPLETIONS)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await _complete(state, request, parse_completion)
+        return await _answer(state, request, wires.COMPLETIONS)
 
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:
-        return await _translated(state, request, wires.ANTHROPIC)
+        return await _answer(state, request, wires.ANTHROPIC)
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Response:
-        return await _translated(state, request, wires.RESPONSES)
+        return await _answer(state, request, wires.RESPONSES)
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> Response:
@@ -184,64 +186,43 @@ def _authorize(state: ServerState, request: Request) -> None:
         )
 
 
-async def _complete(state: ServerState, request: Request, parse) -> Response:
+async def _answer(state: ServerState, request: Request, wire: Wire) -> Response:
+    """One request in ``wire``'s format; every refusal, even a 500, in that format."""
     try:
-        return await _answer(state, request, parse)
-    except ApiError:
-        raise
-    except Exception as exc:  # the catch-all: a 500 body, never a traceback to the client
-        log.exception("unexpected error")
-        raise ApiError(500, f"internal error: {type(exc).__name__}", type="server_error") from None
+        return await _answered(state, request, wire)
+    except Exception as exc:  # the catch-all: never a traceback to the client
+        return _refused(wire, exc)
 
 
-async def _answer(state: ServerState, request: Request, parse) -> Response:
+async def _answered(state: ServerState, request: Request, wire: Wire) -> Response:
     _authorize(state, request)
     engine = _engine(state)
     body = await pipeline.read_json(request)
+    chat, ignored = wire.translate(body, state.responses)
     # Tokenizing renders the chat template: off the event loop, so other clients stay served.
-    job: Job = await run_in_threadpool(parse, body, engine.lm)
+    job = await run_in_threadpool(wire.parse, chat, engine.lm)
+    exchange = Exchange(body, chat, job, state.responses)
+    # Made before the job is queued: a failure here leaves no job behind unread.
+    translator = wire.streamer(exchange) if job.stream else None
     ticket = pipeline.submit(engine, job)
-    headers = _ignored(state, job.ignored)
-    if job.stream:
-        return StreamingResponse(
-            pipeline.keepalive(
-                _sse(pipeline.stream(engine, ticket, state.metrics.answer)), pipeline.SSE_COMMENT
-            ),
-            media_type="text/event-stream",
-            headers={**headers, **SSE_HEADERS},
-        )
-    return JSONResponse(await pipeline.whole(engine, ticket, request, state.metrics.answer), headers=headers)
+    headers = _ignored(state, ignored + job.ignored)
+    if translator is not None:
+        items = pipeline.stream(engine, ticket, state.metrics.answer)
+        events = pipeline.keepalive(_events(items, translator), wire.keepalive)
+        return StreamingResponse(events, media_type="text/event-stream", headers={**headers, **SSE_HEADERS})
+    answer = await pipeline.whole(engine, ticket, request, state.metrics.answer)
+    return JSONResponse(wire.whole(answer, exchange), headers=headers)
 
 
-async def _translated(state: ServerState, request: Request, wire: Wire) -> Response:
-    """One request in another wire format; every refusal, even a 500, in that format."""
-    try:
-        _authorize(state, request)
-        engine = _engine(state)
-        body = await pipeline.read_json(request)
-        chat, ignored = wire.translate(body, state.responses)
-        job: Job = await run_in_threadpool(parse_chat, chat, engine.lm)
-        ticket = pipeline.submit(engine, job)
-        headers = _ignored(state, ignored + job.ignored)
-        if job.stream:
-            items = pipeline.stream(engine, ticket, state.metrics.answer)
-            events = pipeline.keepalive(
-                _translated_sse(items, wire.streamer(body, chat, job, state.responses)), wire.keepalive
-            )
-            return StreamingResponse(
-                events, media_type="text/event-stream", headers={**headers, **SSE_HEADERS}
-            )
-        answer = await pipeline.whole(engine, ticket, request, state.metrics.answer)
-        return JSONResponse(wire.whole(answer, body, chat, job, state.responses), headers=headers)
-    except ApiError as exc:
-        return JSONResponse(wire.error(exc), status_code=exc.status, headers=exc.headers)
-    except Exception as exc:  # the catch-all: a 500 body, never a traceback to the client
+def _refused(wire: Wire, exc: Exception) -> JSONResponse:
+    """``exc`` as ``wire``'s error body; what is not an ``ApiError`` is a logged 500."""
+    if not isinstance(exc, ApiError):
         log.exception("unexpected error")
-        failure = ApiError(500, f"internal error: {type(exc).__name__}", type="server_error")
-        return JSONResponse(wire.error(failure), status_code=500)
+        exc = ApiError(500, f"internal error: {type(exc).__name__}", type="server_error")
+    return JSONResponse(wire.error(exc), status_code=exc.status, headers=exc.headers)
 
 
-async def _translated_sse(items: AsyncIterator[dict], translator: Translator) -> AsyncIterator[str]:
+async def _events(items: AsyncIterator[dict], translator: Translator) -> AsyncIterator[str]:
     async for item in items:
         for event in translator.feed(item):
             yield event
@@ -250,15 +231,16 @@ async def _translated_sse(items: AsyncIterator[dict], translator: Translator) ->
 
 
 async def _count_tokens(state: ServerState, request: Request) -> Response:
-    """Anthropic's count_tokens: the prompt a Messages body would make, in tokens."""
+    """Anthropic's count_tokens: the prompt a Messages body would make, in tokens; every
+    refusal, even a 500, in Anthropic's shape."""
     try:
         _authorize(state, request)
         engine = _engine(state)
         chat, ignored = anthropic.count_tokens_body(await pipeline.read_json(request))
-        tokens, _tools, _switches = await run_in_threadpool(chat_prompt, chat, engine.lm)
+        tokens = await run_in_threadpool(chat_prompt, chat, engine.lm)
         return JSONResponse(anthropic.count_tokens_response(len(tokens)), headers=_ignored(state, ignored))
-    except ApiError as exc:
-        return JSONResponse(wires.ANTHROPIC.error(exc), status_code=exc.status, headers=exc.headers)
+    except Exception as exc:  # the catch-all: never a traceback to the client
+        return _refused(wires.ANTHROPIC, exc)
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -275,9 +257,3 @@ def _ignored(state: ServerState, names: list[str]) -> dict[str, str]:
         state.ignored_seen.update(new)
         log.info("ignoring request fields this server does not know: %s", ", ".join(new))
     return {IGNORED_HEADER: ", ".join(names)}
-
-
-async def _sse(items: AsyncIterator[dict]) -> AsyncIterator[str]:
-    async for item in items:
-        yield chunks.sse(item)
-    yield chunks.sse("[DONE]")

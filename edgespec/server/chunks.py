@@ -48,7 +48,7 @@ from typing import Any
 
 from edgespec.decoding.events import Done, Step, Token
 from edgespec.server import fields, reasoning, toolcalls
-from edgespec.server.schemas import Job
+from edgespec.server.schemas import CHAT, Job
 
 FINISH_REASONS = {
     "eos": "stop",
@@ -153,12 +153,6 @@ def finish_reason(done: Done) -> str:
     return FINISH_REASONS.get(done.stop_reason, "stop")
 
 
-def _object_name(job: Job, chunk: bool) -> str:
-    if job.kind == "chat":
-        return "chat.completion.chunk" if chunk else "chat.completion"
-    return "text_completion"
-
-
 class Answer:
     """One answer's events folded for the client: the speculation summary, the tokens'
     log-probabilities where asked, and, where the request offered tools, the text read
@@ -175,7 +169,7 @@ class Answer:
         self.pending: list[Token] = []  # ... not yet sent, in a stream
         self.sent_chars = 0  # where the next completions chunk's text starts
         tools = job.tools
-        self.calls = job.kind == "chat" and tools.tools is not None and tools.format != "none"
+        self.calls = tools.tools is not None and tools.format != "none"  # (a text job has none)
         self.parser = (
             toolcalls.StreamParser(tools.format, set(tools.names), parallel=tools.parallel)
             if self.calls
@@ -186,10 +180,13 @@ class Answer:
         self.lead: str | None = "" if self.calls and tools.format == "hermes" else None
         self.held: str | None = None
         # Thinking text goes out as ``reasoning_content``, apart from the answer.
-        self.thinking = reasoning.ThinkSplitter(
-            job.reasoning if job.kind == "chat" else reasoning.ReasoningSetup()
-        )
+        self.thinking = reasoning.ThinkSplitter(job.reasoning)
         self.reasoning_tokens = 0
+
+    def opening(self) -> list[dict]:
+        """What a stream sends at once: a chat answer's role, so the client knows it is
+        heard even while queued."""
+        return [chunk(self.job, role=True, text="")] if self.job.form is CHAT else []
 
     def add(self, event: Token | Step) -> list[dict]:
         """Stream chunks for one event (none for most: text comes with its token)."""
@@ -246,7 +243,7 @@ class Answer:
         return out
 
     def _logprobs(self, tokens: list[Token]) -> dict:
-        if self.job.kind == "chat":
+        if self.job.form is CHAT:
             return {"content": fields.chat_logprobs(tokens, self.piece)}
         found = fields.text_logprobs(tokens, self.piece, self.sent_chars)
         self.sent_chars += sum(len(t) for t in found["tokens"])
@@ -284,7 +281,7 @@ class Answer:
         job = self.job
         reason = finish_reason(done)
         logprobs = self._logprobs(self.tokens) if self.logprobs else None
-        if job.kind == "chat":
+        if job.form is CHAT:
             thought, text = reasoning.split(done.text, job.reasoning)
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if self.calls:
@@ -330,7 +327,7 @@ def read_calls(text: str, fmt: str, names: set[str]) -> toolcalls.Parsed:
 def _body(job: Job, done: Done, speculation: Speculation, choice: dict) -> dict:
     return {
         "id": job.id,
-        "object": _object_name(job, chunk=False),
+        "object": job.form.object,
         "created": job.created,
         "model": job.model,
         "choices": [choice],
@@ -342,7 +339,7 @@ def _body(job: Job, done: Done, speculation: Speculation, choice: dict) -> dict:
 
 def chunk(job: Job, *, text: str | None = None, role: bool = False, finish: str | None = None) -> dict:
     """One stream chunk with one choice."""
-    if job.kind == "chat":
+    if job.form is CHAT:
         delta: dict = {}
         if role:
             delta["role"] = "assistant"
@@ -353,7 +350,7 @@ def chunk(job: Job, *, text: str | None = None, role: bool = False, finish: str 
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
     return {
         "id": job.id,
-        "object": _object_name(job, chunk=True),
+        "object": job.form.chunk_object,
         "created": job.created,
         "model": job.model,
         "choices": [choice],

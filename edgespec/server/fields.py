@@ -1,5 +1,6 @@
-"""The OpenAI request fields beyond plain text generation, checked one by one (each refusal
-a 400 naming its field), and log-probabilities in OpenAI's two response shapes.
+"""The OpenAI request fields beyond plain text generation, read as the wire types them
+(each refusal a 400 naming its field; what the values may be, the request builder checks,
+for every front end alike), and log-probabilities in OpenAI's two response shapes.
 
 * ``response_format``: ``text``, ``json_object`` or ``json_schema`` (``{"name", "schema",
   "strict"}``); llama-server's ``grammar`` (GBNF) and ``json_schema`` fields too.
@@ -11,9 +12,9 @@ a 400 naming its field), and log-probabilities in OpenAI's two response shapes.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from edgespec.api import one_constraint
 from edgespec.decoding.events import Token
 from edgespec.decoding.grammar import (
     GrammarError,
@@ -22,74 +23,51 @@ from edgespec.decoding.grammar import (
     json_object_grammar,
     schema_grammar,
 )
-from edgespec.decoding.request import MAX_TOP_LOGPROBS
+from edgespec.errors import RequestError
 from edgespec.server.errors import bad_request
 
 
-def _number(body: dict, name: str, low: float, high: float, default: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise bad_request(f"'{name}' must be a number (got {value!r})", name)
-    if not low <= value <= high:
-        raise bad_request(f"'{name}' must be in [{low:g}, {high:g}] (got {value!r})", name)
-    return float(value)
-
-
-def penalties(body: dict, n_vocab: int) -> dict[str, Any]:
-    """Keyword arguments for ``settings_from``."""
+def penalties(body: dict) -> dict[str, Any]:
+    """Keyword arguments for ``settings_from``: the fields as the request builder takes
+    them (their ranges, and ``logit_bias``'s ids against the vocabulary, it checks)."""
     out: dict[str, Any] = {
-        "presence_penalty": _number(body, "presence_penalty", -2.0, 2.0, 0.0),
-        "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0, 0.0),
-        "repeat_penalty": _number(body, "repeat_penalty", 1e-6, 1e6, 1.0),
+        name: body[name]
+        for name in ("presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n")
+        if body.get(name) is not None
     }
-    last_n = body.get("repeat_last_n")
-    if last_n is not None:
-        if isinstance(last_n, bool) or not isinstance(last_n, int) or last_n < -1:
-            raise bad_request(f"'repeat_last_n' must be an integer >= -1 (got {last_n!r})", "repeat_last_n")
-        out["repeat_last_n"] = last_n
     bias = body.get("logit_bias")
     if bias is not None:
         if not isinstance(bias, dict):
             raise bad_request("'logit_bias' must map token ids to numbers", "logit_bias")
-        parsed: dict[int, float] = {}
-        for key, value in bias.items():
-            token = int(key) if isinstance(key, str) and key.strip().isdigit() and len(key) < 12 else None
-            if token is None or not 0 <= token < n_vocab:
-                raise bad_request(
-                    f"'logit_bias' keys must be token ids in [0, {n_vocab}) (got {key!r})", "logit_bias"
-                )
-            if isinstance(value, bool) or not isinstance(value, int | float) or not -100 <= value <= 100:
-                raise bad_request(
-                    f"'logit_bias' values must be numbers in [-100, 100] (got {value!r})", "logit_bias"
-                )
-            parsed[token] = float(value)
-        out["logit_bias"] = parsed
+        out["logit_bias"] = {_token_id(key): value for key, value in bias.items()}
     return out
+
+
+def _token_id(key: str) -> int:
+    """A ``logit_bias`` key: JSON writes the token id as a string."""
+    text = key.strip() if isinstance(key, str) else ""
+    try:
+        if text.isascii() and text.isdigit():
+            return int(text)
+    except ValueError:  # more digits than Python reads: no token id either
+        pass
+    raise bad_request(f"'logit_bias' keys must be token ids, whole numbers (got {key!r})", "logit_bias")
 
 
 def logprobs(body: dict, kind: str) -> int | None:
     """How many of the most likely tokens to report beside each chosen one (None: no
-    log-probabilities at all)."""
+    log-probabilities at all); how many may be asked for, the request builder checks."""
     value = body.get("logprobs")
     if kind == "text":
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
-            raise bad_request(
-                f"'logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS} (got {value!r})", "logprobs"
-            )
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise bad_request(f"'logprobs' must be an integer (got {value!r})", "logprobs")
         return value
     if value is not None and not isinstance(value, bool):
         raise bad_request(f"'logprobs' must be true or false (got {value!r})", "logprobs")
     top = body.get("top_logprobs")
     if top is not None:
-        if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
-            raise bad_request(
-                f"'top_logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS} (got {top!r})",
-                "top_logprobs",
-            )
+        if isinstance(top, bool) or not isinstance(top, int):
+            raise bad_request(f"'top_logprobs' must be an integer (got {top!r})", "top_logprobs")
         if not value:
             raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
     return (top or 0) if value else None
@@ -99,9 +77,8 @@ def constraint(body: dict, model: Any) -> GrammarSpec | None:
     """The grammar the answer must follow: from ``response_format``, or llama-server's
     ``grammar`` / ``json_schema`` fields (one of them)."""
     given = [name for name in ("response_format", "grammar", "json_schema") if body.get(name) is not None]
-    if len(given) > 1:
-        raise bad_request(f"give one of {', '.join(given)}, not several", given[1])
     try:
+        one_constraint(given)
         if body.get("grammar") is not None:
             grammar = body["grammar"]
             if not isinstance(grammar, str) or not grammar.strip():
@@ -110,7 +87,7 @@ def constraint(body: dict, model: Any) -> GrammarSpec | None:
         if body.get("json_schema") is not None:
             return GrammarSpec(schema_grammar(body["json_schema"]))
         return _response_format(body.get("response_format"))
-    except GrammarError as exc:
+    except (GrammarError, RequestError) as exc:
         raise bad_request(str(exc), exc.param) from None
 
 

@@ -156,9 +156,8 @@ async def stream(engine: EngineQueue, ticket: Ticket, on_done: OnDone | None = N
     answer = chunks.Answer(job, engine.lm.target.piece)
     finished = False
     try:
-        # The role comes first, at once: the client knows it is heard even while queued.
-        if job.kind == "chat":
-            yield chunks.chunk(job, role=True, text="")
+        for piece in answer.opening():
+            yield piece
         async for event in _events(ticket):
             found = answer.finish(event) if isinstance(event, Done) else answer.add(event)
             if isinstance(event, Done) and on_done is not None:

@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgespec.api import EdgeSpec, settings_from
+from edgespec.api import EdgeSpec
 from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA
 from edgespec.decoding.request import Request
 from edgespec.errors import EdgespecError, RequestError
@@ -96,11 +96,30 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class Form:
+    """One of OpenAI's two answer shapes: a chat completion (messages in, a message out)
+    or a text completion (a prompt in, its continuation out): what tells them apart, as
+    data (their choices are shaped in ``server.chunks``)."""
+
+    kind: str  # a Job's ``kind``
+    id_prefix: str
+    object: str  # a whole answer's ``object``
+    chunk_object: str  # a stream chunk's
+    prompt_param: str  # the field holding the prompt, which a refusal of the prompt names
+    logprobs_param: str  # the field asking for the most likely tokens per position
+
+
+CHAT = Form("chat", "chatcmpl", "chat.completion", "chat.completion.chunk", "messages", "top_logprobs")
+TEXT = Form("text", "cmpl", "text_completion", "text_completion", "prompt", "logprobs")
+FORMS = {form.kind: form for form in (CHAT, TEXT)}
+
+
 @dataclass
 class Job:
     """One validated request, ready for the engine."""
 
-    kind: str  # "chat" or "text"
+    kind: str  # "chat" or "text": a ``Form``'s kind
     request: Request
     stream: bool
     include_usage: bool
@@ -114,31 +133,46 @@ class Job:
 
     def __post_init__(self) -> None:
         if not self.id:
-            prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
-            self.id = f"{prefix}-{uuid.uuid4().hex[:24]}"
+            self.id = f"{self.form.id_prefix}-{uuid.uuid4().hex[:24]}"
+
+    @property
+    def form(self) -> Form:
+        return FORMS[self.kind]
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """Every field of a body but its prompt, checked as the wire format types them, in
+    one pass before the prompt is rendered: what the request and its job are built from."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+    limit: str  # the field the answer's length limit came in (a refusal names it)
+    max_tokens: int | None  # None: what the context leaves after the prompt
+    keywords: dict[str, Any]  # for ``lm.request``: drafting and ``settings_from``'s
 
 
 def parse_chat(body: Any, lm: EdgeSpec) -> Job:
     body = _object(body)
     ignored = _check_fields(body, _CHAT)
-    if "max_completion_tokens" in body and body.get("max_completion_tokens") is not None:
-        body = {**body, "max_tokens": body["max_completion_tokens"]}
-        param = "max_completion_tokens"
-    else:
-        param = "max_tokens"
-    tokens, tools, switches = chat_prompt(body, lm)
-    job = _job("chat", body, tokens, lm, max_tokens_param=param, tools=tools)
-    job.reasoning = reasoning.reasoning_setup(
-        body, lm.target.chat_template, _prompt_end(lm, tokens), switches
-    )
-    job.ignored = ignored
-    return job
-
-
-def chat_prompt(body: dict, lm: EdgeSpec) -> tuple[list[int], ToolSetup, dict[str, Any]]:
-    """A chat body's prompt tokens (its messages and tools through the model's template,
-    with the template switches it asks for), its tools, and those switches."""
+    # The template's tools come first: a required call's grammar is a sampling field.
     tools = parse_tools(body, lm.target.chat_template, lm.target.name)
+    limit = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    asked = _asked(body, CHAT, lm, limit, tools)
+    tokens, switches = _chat_tokens(body, lm, tools)
+    thinking = reasoning.reasoning_setup(body, lm.target.chat_template, _prompt_end(lm, tokens), switches)
+    return _job(CHAT, asked, tokens, lm, tools=tools, thinking=thinking, ignored=ignored)
+
+
+def chat_prompt(body: dict, lm: EdgeSpec) -> list[int]:
+    """A chat body's prompt tokens: its messages and tools through the model's template,
+    with the template switches it asks for."""
+    return _chat_tokens(body, lm, parse_tools(body, lm.target.chat_template, lm.target.name))[0]
+
+
+def _chat_tokens(body: dict, lm: EdgeSpec, tools: ToolSetup) -> tuple[list[int], dict[str, Any]]:
+    """The prompt's tokens and the template switches they were rendered with."""
     messages = body.get("messages")
     if isinstance(messages, str):  # (the Python API's shorthand for one user message)
         raise bad_request("'messages' must be a list of messages", "messages")
@@ -149,7 +183,7 @@ def chat_prompt(body: dict, lm: EdgeSpec) -> tuple[list[int], ToolSetup, dict[st
         raise bad_request(str(exc), exc.param) from None
     except EdgespecError as exc:
         raise bad_request(str(exc), "messages") from None
-    return tokens, tools, switches
+    return tokens, switches
 
 
 def _prompt_end(lm: EdgeSpec, tokens: list[int], count: int = 8) -> str:
@@ -160,23 +194,23 @@ def _prompt_end(lm: EdgeSpec, tokens: list[int], count: int = 8) -> str:
 def parse_completion(body: Any, lm: EdgeSpec) -> Job:
     body = _object(body)
     ignored = _check_fields(body, _TEXT)
-    prompt = body.get("prompt")
+    asked = _asked(body, TEXT, lm, "max_tokens", ToolSetup())
+    return _job(TEXT, asked, _text_tokens(body.get("prompt"), lm), lm, ignored=ignored)
+
+
+def _text_tokens(prompt: Any, lm: EdgeSpec) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]  # a batch of one: the common client shape
     if isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
-        tokens = list(prompt)  # (their range: the request builder checks it)
-    elif isinstance(prompt, str):
+        return list(prompt)  # (their range: the request builder checks it)
+    if isinstance(prompt, str):
         try:
-            tokens = lm.prompt_tokens(prompt)
+            return lm.prompt_tokens(prompt)
         except EdgespecError as exc:
             raise bad_request(str(exc), "prompt") from None
-    elif prompt is None:
+    if prompt is None:
         raise bad_request("'prompt' is required", "prompt")
-    else:
-        raise bad_request("'prompt' must be a string (batches of prompts are not supported)", "prompt")
-    job = _job("text", body, tokens, lm, max_tokens_param="max_tokens")
-    job.ignored = ignored
-    return job
+    raise bad_request("'prompt' must be a string (batches of prompts are not supported)", "prompt")
 
 
 def check_model(requested: Any, lm: EdgeSpec) -> str:
@@ -252,43 +286,55 @@ def _typed(body: dict, name: str, check, what: str, default: Any) -> Any:
     return value
 
 
+def _asked(body: dict, form: Form, lm: EdgeSpec, limit: str, tools: ToolSetup) -> _Asked:
+    """This module checks the wire format's types; the request builder what the values
+    mean."""
+    stream, include_usage = _stream_options(body)
+    keywords = {
+        "drafter": _or(body, "drafter"),
+        "gamma": _or(body, "gamma"),
+        "prediction": _prediction(body.get("prediction")),
+        **_sampling(body, form, lm, tools),
+    }
+    return _Asked(
+        model=check_model(body.get("model"), lm),
+        stream=stream,
+        include_usage=include_usage,
+        limit=limit,
+        max_tokens=_typed(body, limit, _is_int, "an integer", None),
+        keywords=keywords,
+    )
+
+
 def _job(
-    kind: str,
-    body: dict,
+    form: Form,
+    asked: _Asked,
     tokens: list[int],
     lm: EdgeSpec,
     *,
-    max_tokens_param: str,
     tools: ToolSetup | None = None,
+    thinking: reasoning.ReasoningSetup | None = None,
+    ignored: list[str],
 ) -> Job:
-    """The request the body asks for, built by the one request builder (``lm.request``):
-    this module checks the wire format's types, the builder what the values mean."""
-    tools = tools or ToolSetup()
-    model = check_model(body.get("model"), lm)
-    stream, include_usage = _stream_options(body)
+    """The job, its request built by the one request builder (``lm.request``) in one call."""
     # Without a limit the answer may fill what is left of the context (a prompt that
     # leaves no room is refused for its length by the builder).
-    max_tokens = _typed(body, max_tokens_param, _is_int, "an integer", max(lm.target.n_ctx - len(tokens), 1))
+    max_tokens = asked.max_tokens if asked.max_tokens is not None else max(lm.target.n_ctx - len(tokens), 1)
     try:
-        settings = settings_from(max_tokens=max_tokens, **_sampling(body, kind, lm, tools))
-        request = lm.request(
-            tokens,
-            settings,
-            drafter=_or(body, "drafter"),
-            gamma=_or(body, "gamma"),
-            prediction=_prediction(body.get("prediction")),
-        )
+        request = lm.request(tokens, max_tokens=max_tokens, **asked.keywords)
     except RequestError as exc:
-        raise _refusal(exc, kind, max_tokens_param) from None
+        raise _refusal(exc, form, asked.limit) from None
     except EdgespecError as exc:
         raise bad_request(str(exc)) from None
     return Job(
-        kind=kind,
+        kind=form.kind,
         request=request,
-        stream=stream,
-        include_usage=include_usage,
-        model=model,
-        tools=tools,
+        stream=asked.stream,
+        include_usage=asked.include_usage,
+        model=asked.model,
+        tools=tools or ToolSetup(),
+        reasoning=thinking or reasoning.ReasoningSetup(),
+        ignored=ignored,
     )
 
 
@@ -298,13 +344,15 @@ def _or(body: dict, name: str) -> Any:
     return (DEFAULT_DRAFTER if name == "drafter" else DEFAULT_GAMMA) if value is None else value
 
 
-def _refusal(exc: RequestError, kind: str, max_tokens_param: str) -> ApiError:
+def _refusal(exc: RequestError, form: Form, limit: str) -> ApiError:
     """A builder's refusal in the wire format's words: its field names, OpenAI's codes."""
     param = exc.param
     if param == "max_tokens":
-        param = max_tokens_param
-    elif param == "prompt" and kind == "chat":
-        param = "messages"
+        param = limit
+    elif param == "prompt":
+        param = form.prompt_param
+    elif param == "top_logprobs":
+        param = form.logprobs_param
     return bad_request(str(exc), param, exc.code)
 
 
@@ -323,7 +371,7 @@ def _stream_options(body: dict) -> tuple[bool, bool]:
     return stream, include_usage
 
 
-def _sampling(body: dict, kind: str, lm: EdgeSpec, tools: ToolSetup) -> dict[str, Any]:
+def _sampling(body: dict, form: Form, lm: EdgeSpec, tools: ToolSetup) -> dict[str, Any]:
     """``settings_from`` keywords from the body's sampling, penalty and shaping fields."""
     stop = body.get("stop")
     if stop is None:
@@ -344,8 +392,8 @@ def _sampling(body: dict, kind: str, lm: EdgeSpec, tools: ToolSetup) -> dict[str
     }
     if sampling["temperature"] > 2:  # OpenAI's bound: the engine itself takes any
         raise bad_request(f"'temperature' must be in [0, 2] (got {sampling['temperature']})", "temperature")
-    extras = fields.penalties(body, lm.target.n_vocab)
-    extras["logprobs"] = fields.logprobs(body, kind)
+    extras = fields.penalties(body)
+    extras["logprobs"] = fields.logprobs(body, form.kind)
     grammar = fields.constraint(body, lm.target)
     if tools.grammar is not None:
         if grammar is not None:

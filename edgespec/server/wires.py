@@ -1,7 +1,10 @@
-"""The wire formats answered through the chat pipeline, each as a ``Wire``: how its body
-becomes a chat body, how the chat answer (whole, or chunk by chunk) becomes its answer,
-and its error shape. The translations themselves live in ``server.anthropic`` (Anthropic
-Messages) and ``server.responses`` (OpenAI Responses)."""
+"""Every wire format the server answers in, each a ``Wire``: OpenAI's chat and text
+completions, and Anthropic's Messages and OpenAI's Responses, translated over the chat
+pipeline. A wire says how its body becomes a job (through a chat body, for a translated
+format), how the answer (whole, or chunk by chunk) becomes its answer, and its error
+shape; the routes (``server.app``) run every wire the same way. The translations
+themselves live in ``server.anthropic`` (Anthropic Messages) and ``server.responses``
+(OpenAI Responses)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from edgespec.server import anthropic, anthropic_out, responses
+from edgespec.api import EdgeSpec
+from edgespec.server import anthropic, anthropic_out, chunks, responses
 from edgespec.server.errors import ApiError
 from edgespec.server.pipeline import SSE_COMMENT
-from edgespec.server.schemas import Job
+from edgespec.server.schemas import Job, parse_chat, parse_completion
 
 
 class Translator(Protocol):
@@ -22,17 +26,59 @@ class Translator(Protocol):
 
 
 @dataclass(frozen=True)
-class Wire:
-    """``translate``: (the request's body, the server's response store) → (chat body,
-    ignored field names); ``whole``: (chat answer, the request's body, the chat body, its
-    job, the store) → the answer; ``streamer``: the same but the answer → a translator of
-    chat chunks into events; ``error``: a refusal in the format's own shape."""
+class Exchange:
+    """One request as its answer needs it: the body as sent, the OpenAI body it became
+    (the same body for OpenAI's own formats), its job, and the server's store of
+    Responses answers."""
 
-    translate: Callable[[Any, responses.ResponseStore], tuple[dict, list[str]]]
-    whole: Callable[[dict, Any, dict, Job, responses.ResponseStore], dict]
-    streamer: Callable[[Any, dict, Job, responses.ResponseStore], Translator]
+    body: Any
+    chat: Any
+    job: Job
+    store: responses.ResponseStore
+
+
+@dataclass(frozen=True)
+class Wire:
+    """``translate``: (the request's body, the store) → (OpenAI body, ignored field
+    names); ``parse``: that body → its job (it renders and tokenizes the prompt);
+    ``whole``: (the OpenAI answer, the exchange) → the answer; ``streamer``: the exchange
+    → a translator of OpenAI chunks into events; ``error``: a refusal, whatever it was,
+    in the format's own shape."""
+
+    translate: Callable[[Any, responses.ResponseStore], tuple[Any, list[str]]]
+    parse: Callable[[Any, EdgeSpec], Job]
+    whole: Callable[[dict, Exchange], dict]
+    streamer: Callable[[Exchange], Translator]
     error: Callable[[ApiError], dict]
     keepalive: str = SSE_COMMENT  # what is sent while a stream waits (a long prompt)
+
+
+class _Events:
+    """OpenAI's own stream: each chunk an event as it is, then ``[DONE]``."""
+
+    def feed(self, chunk: dict) -> list[str]:
+        return [chunks.sse(chunk)]
+
+    def finish(self) -> list[str]:
+        return [chunks.sse("[DONE]")]
+
+
+def _as_sent(body: Any, _store: responses.ResponseStore) -> tuple[Any, list[str]]:
+    return body, []
+
+
+def _openai(parse: Callable[[Any, EdgeSpec], Job]) -> Wire:
+    return Wire(
+        translate=_as_sent,
+        parse=parse,
+        whole=lambda answer, _exchange: answer,
+        streamer=lambda _exchange: _Events(),
+        error=lambda exc: exc.body(),
+    )
+
+
+CHAT_COMPLETIONS = _openai(parse_chat)
+COMPLETIONS = _openai(parse_completion)
 
 
 def _asked_model(body: Any) -> str:
@@ -43,27 +89,30 @@ def _asked_model(body: Any) -> str:
 
 ANTHROPIC = Wire(
     translate=lambda body, _store: anthropic.chat_body(body),
-    whole=lambda answer, body, _chat, _job, _store: anthropic.whole(answer, _asked_model(body)),
-    streamer=lambda body, _chat, job, _store: anthropic.MessageStream(
-        _asked_model(body), anthropic.message_id(job.id), input_tokens=len(job.request.prompt)
+    parse=parse_chat,
+    whole=lambda answer, exchange: anthropic.whole(answer, _asked_model(exchange.body)),
+    streamer=lambda exchange: anthropic.MessageStream(
+        _asked_model(exchange.body),
+        anthropic.message_id(exchange.job.id),
+        input_tokens=len(exchange.job.request.prompt),
     ),
     error=lambda exc: anthropic.error_body(exc.status, exc.message),
     keepalive=anthropic_out.event("ping", {"type": "ping"}),  # Anthropic's own keep-alive
 )
 
 
-def _response(answer: dict, body: dict, chat: dict, store: responses.ResponseStore) -> dict:
-    response = responses.whole(answer, body, responses.new_response_id())
-    store.keep(body, chat, response)
+def _response(answer: dict, exchange: Exchange) -> dict:
+    response = responses.whole(answer, exchange.body, responses.new_response_id())
+    exchange.store.keep(exchange.body, exchange.chat, response)
     return response
 
 
 class _KeptStream:
     """A Responses stream whose finished response is kept for ``previous_response_id``."""
 
-    def __init__(self, body: dict, chat: dict, store: responses.ResponseStore):
-        self.stream = responses.ResponseStream(body, responses.new_response_id())
-        self.body, self.chat, self.store = body, chat, store
+    def __init__(self, exchange: Exchange):
+        self.stream = responses.ResponseStream(exchange.body, responses.new_response_id())
+        self.exchange = exchange
 
     def feed(self, chunk: dict) -> list[str]:
         return self.stream.feed(chunk)
@@ -71,13 +120,15 @@ class _KeptStream:
     def finish(self) -> list[str]:
         events = self.stream.finish()
         if self.stream.response is not None:
-            self.store.keep(self.body, self.chat, self.stream.response)
+            kept = self.exchange
+            kept.store.keep(kept.body, kept.chat, self.stream.response)
         return events
 
 
 RESPONSES = Wire(
     translate=responses.chat_body,
-    whole=lambda answer, body, chat, _job, store: _response(answer, body, chat, store),
-    streamer=lambda body, chat, _job, store: _KeptStream(body, chat, store),
+    parse=parse_chat,
+    whole=_response,
+    streamer=_KeptStream,
     error=lambda exc: exc.body(),  # OpenAI's own shape
 )

@@ -41,7 +41,7 @@ DELETE_JS = "(...args) => confirm('Delete this chat? It cannot be undone.') ? ar
 def drafter_choices(has_draft: bool) -> list[str]:
     """The registry's choices, auto first; a drafter that needs the draft model only
     where one is loaded."""
-    return [c for c in CHOICES if has_draft or c not in REGISTRY or REGISTRY[c].kind != "model"]
+    return [c for c in CHOICES if has_draft or c not in REGISTRY or not REGISTRY[c].needs_model]
 
 
 def drafter_help(choices: list[str]) -> str:

@@ -46,7 +46,8 @@ def load(target: str, draft: str, n: int, directory: Path) -> EdgeSpec:
 
 def bare_copies(lm: EdgeSpec) -> str:
     """The target's state out to host memory and back in, medians of ``ROUNDS``."""
-    model, tokens, out, back = lm.target, list(lm.target.tokens), [], []
+    model = lm.target.sequence(0)  # (the pair's one sequence: one answer at a time)
+    tokens, out, back = list(model.tokens), [], []
     for _ in range(ROUNDS):
         start = time.perf_counter()
         snapshot = model.snapshot()

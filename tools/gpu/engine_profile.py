@@ -17,7 +17,7 @@ import llama_cpp  # noqa: F401  (llama.cpp before numpy: docs/gpu.md)
 from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.bench import parallel
 from edgespec.decoding import turns
-from edgespec.runtime.model import Model
+from edgespec.runtime.model import Model, Sequence
 
 PROFILE = cProfile.Profile()
 SPENT = {"decode_s": 0.0, "decodes": 0, "depth": 0}
@@ -51,7 +51,7 @@ def timed(call):
 
 def main(drafter: str, tokens: int, together: bool, target: str, draft: str) -> None:
     turns.Turns._loop = profiled_loop(turns.Turns._loop)
-    Model.decode, Model.decode_passes = timed(Model.decode), timed(Model.decode_passes)
+    Sequence.decode, Model.decode_passes = timed(Sequence.decode), timed(Model.decode_passes)
     lm = EdgeSpec(target, draft, options=RuntimeOptions(parallel=4, engine_thread=True), quiet=True)
     lm.controller_state()  # the cost profile, measured here if it must be, not in the timing
     prompts = [parallel.prompt_tokens(lm, p) for p in parallel.spread_prompts("test", 4)]

@@ -28,7 +28,7 @@ from edgespec.decoding.auto import pricing
 from edgespec.decoding.auto.pricing import Choice
 from edgespec.decoding.auto.state import AnswerState, ModelPrice, OpenProposal, PairState, StepScratch
 from edgespec.decoding.auto.stats import ANY_COPY, HELD, PREDICTED, expected_tokens
-from edgespec.decoding.drafters import LOOKUP_DRAFTERS
+from edgespec.decoding.drafters import DECODING_DRAFTERS, LOOKUP_DRAFTERS, REGISTRY
 from edgespec.decoding.policy import Plan, StepOutcome, StepView
 
 
@@ -62,6 +62,9 @@ class AdaptivePolicy:
         self.costs = pair.costs
         self.stats = pair.stats
         self.allowed = drafters
+        # The allowed drafter priced by the draft model's decodes (the registry declares
+        # it), or None: what the trials, the early stop and the catch-up concern.
+        self.decoding = next((d for d in drafters if d in DECODING_DRAFTERS), None)
         self.gamma_cap = gamma_cap
         self.fixed_gamma = fixed_gamma
         # Tokens a draft-model step of the trial's γ makes at the prior's acceptance: the
@@ -111,9 +114,9 @@ class AdaptivePolicy:
         drafting = [
             c
             for c in options[1:]
-            if c.rate > plain.rate * (t.model_gain if c.drafter == "model" else t.min_gain)
+            if c.rate > plain.rate * (t.model_gain if c.drafter == self.decoding else t.min_gain)
             and not answer.bans.banned(c.drafter, answer.steps)
-            and not (settling and c.drafter == "model")
+            and not (settling and c.drafter == self.decoding)
         ]
         best = max(drafting, key=lambda c: c.rate) if drafting else plain
         best, exploring = self._trial(options, best, view, price)
@@ -122,17 +125,17 @@ class AdaptivePolicy:
         self._note_idle(plain, options, price)
         reason = ", ".join(f"{c.drafter}:{c.gamma}@{c.rate:.1f}/s" for c in options)
         self.step = StepScratch(best, exploring, first_draft_s=price.catch_up_s)
-        steering = best.drafter == "model" and self.fixed_gamma is None and not exploring
+        steering = best.drafter == self.decoding and self.fixed_gamma is None and not exploring
         keep_going = self._keep_going if steering else None
         return Plan(best.drafter, best.gamma, keep_going, reason, wants_confidence=True)
 
     def _long_match(self, view: StepView) -> bool:
-        """While idle, the n-gram lookup alone is asked (an index probe): the answer may
+        """While idle, only the lookups declared ``probed_while_idle`` are asked (the n-gram
+        index: a probe): the answer may
         have started to copy its source, and a long match is evidence enough to plan
         again (a whole-file edit that starts with a sentence of its own)."""
-        if "ngram" not in self.allowed:
-            return False
-        if view.proposal("ngram", 1).evidence >= self.tuning.waking_match:
+        probes = [name for name in self.allowed if REGISTRY[name].probed_while_idle]
+        if any(view.proposal(name, 1).evidence >= self.tuning.waking_match for name in probes):
             self.answer.idle, self.answer.idle_until = 0, 0
             return True
         return False
@@ -185,13 +188,13 @@ class AdaptivePolicy:
             row = (verify_row, return_s, 0.0)
             options.append(self._best(proposal.drafter, accept, row, calibration, risk, (shared, plain)))
         model = None
-        if "model" in self.allowed:
+        if self.decoding is not None:
             model = self.model_price(view)
             accept = np.full(cap, self.stats.model)
             row = (verify_row, model.first + return_s, model.per_draft)
             # its worst case pays the whole catch-up, where its price shares a prefill out
             model_risk = risk - (model.catch_up_s - model.first)
-            options.append(self._best("model", accept, row, 1.0, model_risk, (shared, plain)))
+            options.append(self._best(self.decoding, accept, row, 1.0, model_risk, (shared, plain)))
         return Priced(options, opened, model)
 
     def _open_proposals(self, view: StepView, cap: int) -> list[OpenProposal]:
@@ -248,7 +251,7 @@ class AdaptivePolicy:
         other steps, paid again at every return: shared only by the few model steps a
         return lasts."""
         answer, t = self.answer, self.tuning
-        catch_up = view.catch_up("model")
+        catch_up = view.catch_up(self.decoding) if self.decoding else 0
         catch_up_s = first = self.costs.draft.estimate(catch_up)
         per_draft = self.costs.draft.estimate(1)
         switch_s = max(first - per_draft, 0.0) if catch_up > t.prefill_batch else 0.0
@@ -275,7 +278,7 @@ class AdaptivePolicy:
         answer, t = self.answer, self.tuning
         for option in options:
             name = option.drafter
-            if name != "model" or name == best.drafter or answer.bans.banned(name, answer.steps):
+            if name != self.decoding or name == best.drafter or answer.bans.banned(name, answer.steps):
                 continue
             early = (answer.steps >= 2 and self.stats.model_steps < t.early_trials) or (
                 answer.steps >= t.settle_steps and not answer.draft_synced
@@ -312,7 +315,7 @@ class AdaptivePolicy:
         answer, t = self.answer, self.tuning
         closest = max((c.rate for c in options[1:]), default=0.0)
         if closest < plain.rate * t.idle_ratio and not (
-            "model" in self.allowed and self._best_case_rate(price) > plain.rate
+            self.decoding is not None and self._best_case_rate(price) > plain.rate
         ):
             answer.idle += 1
             if answer.idle >= 2:
@@ -369,12 +372,12 @@ class AdaptivePolicy:
         # chosen: counted in what drafting realizes, a return after a ban would make the
         # draft look worse and be banned again, longer.
         prefill_s = sum(s for size, s in outcome.draft.decodes if size > self.tuning.prefill_batch)
-        self.answer.draft_synced = self.answer.draft_synced or outcome.drafter == "model"
+        self.answer.draft_synced = self.answer.draft_synced or outcome.drafter == self.decoding
         step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
         self._learn_surplus(outcome, step_s + prefill_s)
         self._learn_realized(outcome, step_s)
         self._learn_costs(outcome)
-        if outcome.drafter == "model":
+        if outcome.drafter == self.decoding:
             self._learn_model(outcome)
         self._judge_open_proposals(outcome.new_tokens)
 
@@ -390,10 +393,22 @@ class AdaptivePolicy:
             return
         if outcome.gamma:
             bare = self.costs.plain_overhead if pair.bare_overhead is None else pair.bare_overhead
-            plain = pair.steady_plain(self.costs) + bare
+            plain = pair.steady_plain(self.costs) * self._plain_share(outcome.shared_with) + bare
             answer.saved_s += (outcome.accepted + 1) * plain - step_s
         elif pair.bare_overhead is not None:
             answer.saved_s -= outcome.overhead_s - pair.bare_overhead
+
+    def _plain_share(self, others: int) -> float:
+        """A plain step's share of a decode shared with ``others`` answers' plain steps,
+        as a share of a plain step alone: what each of them pays when every answer decodes
+        plainly (``--drafter none`` at once). A shared drafting step measured against a
+        plain step alone would credit the answer the batch's own saving as drafting's (on
+        a CPU where 4 tokens cost 1.7–3.1 one, 25–55 % of every token), and the risk budget
+        would let drafts through that lose against plain decoding at once."""
+        if others <= 0:
+            return 1.0
+        curve = self.costs.target
+        return curve.estimate(others + 1) / ((others + 1) * curve.estimate(1))
 
     def _learn_realized(self, outcome: StepOutcome, step_s: float) -> None:
         """What the step delivered: the option's realized rate (a trial is not what the

@@ -14,7 +14,7 @@ from functools import cache
 import numpy as np
 
 from edgespec.decoding.auto.tuning import DEFAULT, Tuning, measured_acceptance
-from edgespec.decoding.drafters import LOOKUP_DRAFTERS
+from edgespec.decoding.drafters import LOOKUP_DRAFTERS, REGISTRY
 
 ANY_COPY, HELD, PREDICTED = 0, 1, 2  # where a lookup's proposal comes from (LookupStats)
 SOURCES = 3
@@ -227,7 +227,7 @@ class AcceptanceStats:
         measured = measured_acceptance()
         self.lookup = {
             name: LookupStats(
-                tuning, tuning.forced_caution if name == "grammar" else None, measured.get(name)
+                tuning, tuning.forced_caution if REGISTRY[name].needs_grammar else None, measured.get(name)
             )
             for name in LOOKUP_DRAFTERS
         }

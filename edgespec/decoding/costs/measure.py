@@ -117,8 +117,8 @@ def warm_up(
     if not sizes:
         return
     filler = model.tokenize(" the quick brown fox jumps over the lazy dog" * 12, add_special=False)
-    model.reset()
-    model.decode(filler[:8], 1)  # first use allocates llama.cpp's buffers: not a cost to learn
+    model.sequence(0).reset()
+    model.sequence(0).decode(filler[:8], 1)  # first use allocates llama.cpp's buffers: not a cost to learn
     samples: dict[int, list[float]] = {k: [] for k in sizes}
     bar = None if quiet else count_bar(f"measuring {model.name} on this machine", len(sizes) * _ROUNDS)
     for _ in range(_ROUNDS):
@@ -130,7 +130,7 @@ def warm_up(
         bar.close()
     for k in sizes:
         curve.set(k, float(np.median(samples[k])))
-    model.reset()
+    model.sequence(0).reset()
 
 
 def _time_decode(model: Model, filler: list[int], k: int, all_logits: bool) -> float:
@@ -141,12 +141,13 @@ def _time_decode(model: Model, filler: list[int], k: int, all_logits: bool) -> f
     a larger pass, the profile would price plain decoding well above what answers pay,
     and answers would mark it stale. (On a CPU the shape of the pass before does not
     matter.)"""
-    model.reset()
-    model.decode(filler[:2], 0)  # a short context, as in a real step
-    model.decode(filler[2:3], 1)
-    model.decode(filler[3:4], 1)
+    sequence = model.sequence(0)
+    sequence.reset()
+    sequence.decode(filler[:2], 0)  # a short context, as in a real step
+    sequence.decode(filler[2:3], 1)
+    sequence.decode(filler[3:4], 1)
     start = time.perf_counter()
-    model.decode(filler[4 : 4 + k], k if all_logits else 1)
+    sequence.decode(filler[4 : 4 + k], k if all_logits else 1)
     return time.perf_counter() - start
 
 

@@ -42,6 +42,7 @@ class AnswerSetup:
     # Set when the answer is stopped: a drafter's long decode stops with it.
     cancel: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], float] = time.perf_counter  # what durations are read off
+    sequence: int = 0  # the answer's slot: the sequence of a draft model it decodes in
 
 
 @dataclass(frozen=True)
@@ -135,10 +136,12 @@ class Drafter(Protocol):
         """Context tokens ``propose`` would decode before its first draft token."""
         ...
 
-    def prefill(self, context: list[int], most: int | None = None, *, yielding: bool = False) -> float:
+    def prefill(
+        self, context: list[int], most: int | None = None, *, arrival: threading.Event | None = None
+    ) -> float:
         """Read ``context`` ahead of the first draft (at most ``most`` tokens of it this
-        call: ``catch_up_tokens`` says what is left); seconds spent. ``yielding``: the
-        read stops (``DecodeYielded``) when another answer arrives."""
+        call: ``catch_up_tokens`` says what is left); seconds spent. ``arrival``: the
+        read stops (``DecodeYielded``) once it is set (another answer arrived)."""
         ...
 
 
@@ -161,7 +164,9 @@ class LookupDrafter:
     def catch_up_tokens(self, context: list[int]) -> int:
         return 0  # a lookup reads the context as it is
 
-    def prefill(self, context: list[int], most: int | None = None, *, yielding: bool = False) -> float:
+    def prefill(
+        self, context: list[int], most: int | None = None, *, arrival: threading.Event | None = None
+    ) -> float:
         return 0.0
 
     def proposal(self, context: list[int], max_tokens: int) -> Proposal:

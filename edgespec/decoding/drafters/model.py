@@ -39,6 +39,7 @@ class ModelDrafter:
         self._q = np.zeros((model.options.max_outputs, width), dtype=np.float32)
         self.constraint: Constraint | None = None
         self.cancel = threading.Event()
+        self.sequence = model.sequence(0)  # the answer's sequence of the draft model
         self._started = False  # whether this answer has synced the draft's cache yet
 
     def begin(self, setup: AnswerSetup) -> None:
@@ -47,31 +48,33 @@ class ModelDrafter:
         self.constraint = setup.constraint
         self.cancel = setup.cancel
         self.clock = setup.clock
+        self.sequence = self.model.sequence(setup.sequence)
 
     def proposal(self, context: list[int], max_tokens: int) -> Proposal:
         return Proposal(self.name)  # a draft costs model calls: it is drafted only when chosen
 
-    def prefill(self, context: list[int], most: int | None = None, *, yielding: bool = False) -> float:
+    def prefill(
+        self, context: list[int], most: int | None = None, *, arrival: threading.Event | None = None
+    ) -> float:
         """Bring the draft's cache up to ``context`` (all but its last token), by at most
-        ``most`` tokens; seconds. ``yielding``: as ``Model.decode``'s."""
+        ``most`` tokens; seconds. ``arrival``: as ``Sequence.decode``'s."""
         start = self.clock()
-        self.model.listen(self.cancel)
         reused = self._sync(context)
         end = len(context) - 1 if most is None else min(len(context) - 1, reused + most)
         if end > reused:
-            self.model.decode(context[reused:end], n_outputs=0, yielding=yielding)
+            self.sequence.decode(context[reused:end], n_outputs=0, cancel=self.cancel, arrival=arrival)
         return self.clock() - start
 
     def _sync(self, context: list[int]) -> int:
         """The answer's first sync may bring the draft's state for this prompt in from the
         pair's prompt cache, as the target's does."""
-        reused = self.model.sync(context, start=not self._started)
+        reused = self.sequence.sync(context, start=not self._started)
         self._started = True
         return reused
 
     def catch_up_tokens(self, context: list[int]) -> int:
         """How many tokens ``propose`` would decode before its first draft token."""
-        return len(context) - common_prefix(self.model.tokens, context, limit=len(context) - 1)
+        return len(context) - common_prefix(self.sequence.tokens, context, limit=len(context) - 1)
 
     def _guide(self, context: list[int], request: DraftRequest) -> GrammarGuide | None:
         """Greedy drafting under the answer's grammar: each token the best one the grammar
@@ -89,7 +92,7 @@ class ModelDrafter:
             while True:
                 asked = steps.send(passed)  # type: ignore[arg-type]  # (None starts it)
                 start = self.clock()
-                logits = self.model.decode(asked.tokens, 1)
+                logits = self.sequence.decode(asked.tokens, 1, cancel=self.cancel)
                 passed = Passed(logits, self.clock() - start)
         except StopIteration as done:
             return done.value
@@ -97,9 +100,8 @@ class ModelDrafter:
     def drafting(self, context: list[int], request: DraftRequest) -> Drafting:
         model = self.model
         start = self.clock()
-        model.listen(self.cancel)
         reused = self._sync(context)
-        model.mark()
+        self.sequence.mark()
         draft = Draft(tokens=[], catch_up=len(context) - reused)
         logits = yield from self._decode(context[reused:], draft)
         greedy = request.params.greedy

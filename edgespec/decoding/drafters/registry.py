@@ -49,10 +49,15 @@ class DrafterSpec:
     # Proposes for free (a lookup, no model call), so the engine may ask it for a
     # proposal at every step and hand that to the policy as data.
     free: bool = True
-
-    @property
-    def kind(self) -> str:
-        return "model" if self.needs_model else "lookup"
+    # What the controller prices its step by: a free proposal (``PROPOSAL``, judged at
+    # every step against what the answer commits), or the draft model's decodes
+    # (``DRAFT_DECODES``: a catch-up, then one decode per drafted token; its acceptance is
+    # learned only by drafting, so the controller tries it now and then and steers its γ
+    # by its confidence as it drafts).
+    priced_by: str = "proposal"
+    # An index probe cheap enough to ask while the controller rests (nothing paid lately):
+    # a long match wakes it (an answer that starts copying its source).
+    probed_while_idle: bool = False
 
     def available(self, has_draft: bool) -> bool:
         """Can a pair with (or without) a draft model have this drafter?"""
@@ -68,6 +73,7 @@ REGISTRY: dict[str, DrafterSpec] = {
             "copies what followed the answer's last few tokens earlier in the context",
             lambda target, draft, shared: NgramDrafter(),
             takes_prediction=True,
+            probed_while_idle=True,
         ),
         DrafterSpec(
             "reflow",
@@ -102,11 +108,18 @@ REGISTRY: dict[str, DrafterSpec] = {
             lambda target, draft, shared: ModelDrafter(draft, target),  # type: ignore[arg-type]
             needs_model=True,
             free=False,
+            priced_by="draft decodes",
         ),
     )
 }
 
-LOOKUP_DRAFTERS = tuple(name for name, spec in REGISTRY.items() if spec.free)
+PROPOSAL, DRAFT_DECODES = "proposal", "draft decodes"  # the prices a drafter's step can have
+LOOKUP_DRAFTERS = tuple(name for name, spec in REGISTRY.items() if spec.priced_by == PROPOSAL)
+# Priced by the draft model's decodes. The controller keeps one set of acceptance
+# statistics for such a drafter (``PairStats.model``): a pair offers at most one.
+DECODING_DRAFTERS = tuple(name for name, spec in REGISTRY.items() if spec.priced_by == DRAFT_DECODES)
+assert len(DECODING_DRAFTERS) <= 1, "the controller's statistics price one decoding drafter"
+assert all(spec.priced_by in (PROPOSAL, DRAFT_DECODES) for spec in REGISTRY.values())
 FIXED_CHOICES = (*REGISTRY, NONE)  # what --drafter may name besides auto
 CHOICES = (AUTO, *FIXED_CHOICES)
 CHOICE_HELP = {

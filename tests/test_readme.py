@@ -23,7 +23,8 @@ with the virtual environment's ``bin/`` first on ``PATH``. Every command must ma
 * ``server``: ``curl … 127.0.0.1:8080 …``, run against this module's server
   (``needs_models``). A non-zero exit or an OpenAI error body in the answer fails.
 * ``skip``, never run here: ``make …`` (set-up, the app, the whole suite), ``edgespec
-  serve`` (a server), ``python app.py`` (the app), ``edgespec chat`` (waits for input),
+  serve`` and ``edgespec worker`` (servers), ``python app.py`` (the app), ``edgespec
+  chat`` (waits for input),
   ``edgespec bench``, ``edgespec costs measure``, ``edgespec models pull`` and
   ``python -m edgespec.bench…`` (minutes of work, or downloads).
 """
@@ -55,7 +56,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ("cheap", r"^edgespec --version$"),
     ("cheap", r"^edgespec models (list|recommend)$"),
     ("skip", r"^(\w+=\S* )*make\b"),
-    ("skip", r"\bedgespec (serve|chat|bench)\b"),
+    ("skip", r"\bedgespec (serve|chat|bench|worker)\b"),
     ("skip", r"\bedgespec costs measure\b"),
     ("skip", r"\bedgespec models pull\b"),
     ("skip", r"\bapp\.py\b"),

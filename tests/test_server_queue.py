@@ -1,24 +1,32 @@
-"""The server's job queue on the real loaded pair, without HTTP: how many clients it holds.
+"""The server's queue on the real loaded pair, without HTTP: how many clients it holds.
 
-Capacity is "one running plus ``max_waiting`` waiting", counted from admission until a
-job's Done. In a live server these cases depend on thread timing (whether the worker is
-still tidying up after an answer the client already has); here the test holds the
-engine's lock before the first job starts and holds the worker right after each Done, so
-the worker waits exactly where the test wants it and every outcome is fixed.
+Capacity is "the slots' answers plus ``max_waiting`` waiting". The test holds the pair
+(``lm.lock``: no answer is admitted meanwhile), so every answer submitted waits and every
+outcome is fixed whatever the threads do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 
 import pytest
 
-from edgespec.api import EdgeSpec
+from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.decoding.events import Done
-from edgespec.server.queue import EngineQueue, QueueFull, Ticket
+from edgespec.decoding.runner import END
+from edgespec.server.queue import EngineQueue, QueueFull, Submitted
 from edgespec.server.schemas import Job
+
+pytestmark = pytest.mark.needs_models
+
+
+@pytest.fixture(scope="module")
+def lm():
+    """A pair as the server loads it: its loop on an engine thread, two slots."""
+    loaded = EdgeSpec(options=RuntimeOptions(n_ctx=512, parallel=2), quiet=True)
+    yield loaded
+    loaded.close()
 
 
 def job(lm: EdgeSpec) -> Job:
@@ -31,65 +39,62 @@ def job(lm: EdgeSpec) -> Job:
     )
 
 
-async def answer(ticket: Ticket) -> Done:
-    """Read a ticket's events up to its Done (what a client sees)."""
+async def answer(submitted: Submitted) -> Done | None:
+    """Read an answer's events to its end (what a client sees): its Done, if it has one."""
+    done = None
     while True:
-        item = await asyncio.wait_for(ticket.events.get(), 120)
-        if isinstance(item, Exception):
-            raise item
-        assert item is not None, "the job ended without an answer"
-        if isinstance(item, Done):
-            return item
+        for item in await asyncio.wait_for(submitted.events.get(), 120):
+            if isinstance(item, BaseException):
+                raise item
+            if item is END:
+                return done
+            if isinstance(item, Done):
+                done = item
 
 
-async def drain(ticket: Ticket) -> None:
-    while await asyncio.wait_for(ticket.events.get(), 120) is not None:
-        pass
-
-
-def test_capacity_is_one_running_and_the_waiting_ones(
-    pair: EdgeSpec, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tidied = threading.Event()  # set: the worker may go on past a Done
-    generate = pair.stream
-
-    def stream_then_wait(*args, **kwargs) -> Iterator:
-        for event in generate(*args, **kwargs):
-            yield event
-            if isinstance(event, Done):
-                tidied.wait(120)  # the worker stays between the answer and its tidying up
-
-    monkeypatch.setattr(pair, "stream", stream_then_wait)
+def test_capacity_is_the_slots_and_the_waiting_ones(lm: EdgeSpec) -> None:
+    pair = lm
+    slots = pair.engine.slots.count
 
     async def scenario() -> None:
         engine = EngineQueue(pair, max_waiting=1)
-        pair.lock.acquire()  # the worker blocks inside the first job, before any event
+        pair.lock.acquire()  # nothing is admitted: every answer submitted waits
         try:
-            first = engine.submit(job(pair))
-            # Asked together while the worker may not have picked up the first: one runs,
-            # one waits, both are admitted whatever the threads did meanwhile.
-            second = engine.submit(job(pair))
-            assert (first.position, second.position) == (0, 1)
+            held = [engine.submit(job(pair)) for _ in range(slots + 1)]
+            assert [s.position for s in held] == list(range(slots + 1))
             with pytest.raises(QueueFull):
                 engine.submit(job(pair))
             # A waiting client that hangs up frees its place at once.
-            engine.cancel(second)
-            third = engine.submit(job(pair))
+            engine.cancel(held[-1])
+            late = engine.submit(job(pair))
             with pytest.raises(QueueFull):
                 engine.submit(job(pair))
+            assert engine.waiting == slots + 1
         finally:
             pair.lock.release()
-        await answer(first)
-        # The moment a client has its answer it may ask again and be admitted, although
-        # the worker is still tidying up after the first job (held there).
-        fourth = engine.submit(job(pair))
-        with pytest.raises(QueueFull):
-            engine.submit(job(pair))
-        tidied.set()
-        await drain(second)
-        for ticket in (third, fourth):
-            assert (await answer(ticket)).stop_reason == "max_tokens"
+        assert await answer(held[-1]) is not None  # the stopped one ends, cancelled
+        for submitted in [*held[:-1], late]:
+            done = await answer(submitted)
+            assert done is not None and done.stop_reason == "max_tokens"
         assert engine.waiting == 0
+        # The moment a client has its answer its slot is free: it may ask again at once.
+        again = [engine.submit(job(pair)) for _ in range(slots + 1)]
+        for submitted in again:
+            await answer(submitted)
         assert engine.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_no_thread_stands_between_the_engine_and_a_client(lm: EdgeSpec) -> None:
+    pair = lm
+    before = {t.name for t in threading.enumerate()}
+
+    async def scenario() -> None:
+        engine = EngineQueue(pair, max_waiting=4)
+        submitted = [engine.submit(job(pair)) for _ in range(3)]
+        for s in submitted:
+            await answer(s)
+
+    asyncio.run(scenario())
+    assert not {t.name for t in threading.enumerate()} - before

@@ -67,7 +67,7 @@ def test_amx_cpu_gets_the_no_amx_recipe_with_its_isa_spelled_out():
 def test_cpus_without_amx_stay_native():
     for flags in (EPYC_AVX512, HASWELL, SANDY_BRIDGE, set()):
         assert bootstrap.default_recipe("x86_64", flags) == "native"
-        assert bootstrap.recipe_args("native", "x86_64", flags) == []
+        assert bootstrap.recipe_args("native", "x86_64", flags) == ["-DGGML_RPC=ON"]
     # arm64 has no AMX in this sense, whatever its flags
     assert bootstrap.default_recipe("aarch64", {"asimd", "amx_tile"}) == "native"
 
@@ -82,8 +82,9 @@ def test_portable_recipe_uses_only_the_base_extensions_the_cpu_has():
     assert old["GGML_AVX"] == "ON"
     # ggml turns these on by default when NATIVE is off: a CPU without them must say OFF
     assert all(old[s] == "OFF" for s in ("GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2"))
-    assert bootstrap.recipe_args("portable", "aarch64", {"asimd"}) == ["-DGGML_NATIVE=OFF"]
-    assert bootstrap.recipe_args("portable", "arm64", set()) == ["-DGGML_NATIVE=OFF"]
+    arm = ["-DGGML_NATIVE=OFF", "-DGGML_RPC=ON"]
+    assert bootstrap.recipe_args("portable", "aarch64", {"asimd"}) == arm
+    assert bootstrap.recipe_args("portable", "arm64", set()) == arm
 
 
 def test_user_cmake_args_come_last_and_win():
@@ -93,16 +94,16 @@ def test_user_cmake_args_come_last_and_win():
     items = args.split()
     assert items[-2:] == ["-DGGML_CUDA=on", "-DGGML_AVX512=OFF"]
     assert items.index("-DGGML_AVX512=ON") < items.index("-DGGML_AVX512=OFF")  # CMake keeps the last
-    # native: exactly the user's string, untouched
-    assert (
-        bootstrap.effective_cmake_args("native", "x86_64", HASWELL, " -DGGML_CUDA=on  ")
-        == " -DGGML_CUDA=on  "
-    )
+    # native: the RPC backend, then the user's switches (theirs win: -DGGML_RPC=OFF is kept)
+    native = bootstrap.effective_cmake_args("native", "x86_64", HASWELL, " -DGGML_CUDA=on -DGGML_RPC=OFF ")
+    assert native == "-DGGML_RPC=ON -DGGML_CUDA=on -DGGML_RPC=OFF"
 
 
-def test_native_key_is_unchanged_so_built_wheels_are_reused(monkeypatch):
-    """The facts (and so the key) of a native build are those earlier set-ups computed:
-    the wheel already in the cache is found again instead of rebuilt for 7 minutes."""
+def test_the_key_covers_the_effective_arguments_so_a_wheel_without_rpc_is_rebuilt(monkeypatch):
+    """The key of a build is computed from the arguments it really gets: a wheel built
+    before the RPC backend was switched on (its key from the user's CMAKE_ARGS alone) is
+    not found again, and the user's own switches still change the key."""
+    keys = []
     for user_args in ("", "-DGGML_CUDA=on"):
         monkeypatch.setenv("CMAKE_ARGS", user_args)
         monkeypatch.delenv("EDGESPEC_BUILD", raising=False)
@@ -114,9 +115,12 @@ def test_native_key_is_unchanged_so_built_wheels_are_reused(monkeypatch):
             "machine": platform.machine(),
             "cpu": hashlib.sha256(bootstrap.cpu_flags().encode()).hexdigest()[:16],
         }
-        earlier_key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
+        without_rpc = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
         build = Build.choose("native")
-        assert build.key == earlier_key == bootstrap.wheel_key()
+        assert "-DGGML_RPC=ON" in build.cmake_args.split()
+        assert build.key == bootstrap.wheel_key("native", build.cmake_args) != without_rpc
+        keys.append(build.key)
+    assert keys[0] != keys[1]
     monkeypatch.setenv("CMAKE_ARGS", "")
     keys = {Build.choose(r).key for r in bootstrap.RECIPES}
     assert len(keys) == 3, "each recipe is cached under its own key"

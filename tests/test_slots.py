@@ -1,6 +1,7 @@
-"""Slots and turns without a model: a new answer gets the free sequence holding the
-longest prefix of its prompt, else the one idle longest; waiting answers are served in
-arrival order; a stopped one stops waiting; the turns go round fairly."""
+"""The slot table and its queue without a model: a new answer gets the free sequence
+holding the longest prefix of its prompt, else the one idle longest; waiting answers are
+admitted in arrival order; a stopped one leaves the queue at once; a front end's bound on
+the queue is kept; the pair's loop waits for all this without polling."""
 
 from __future__ import annotations
 
@@ -8,24 +9,41 @@ import itertools
 import threading
 import time
 
+import numpy as np
 import pytest
 
-from edgespec.decoding.slots import Cancel, Slots
+from edgespec.decoding.runner import END, Pass, Runner
+from edgespec.decoding.slots import Cancel, QueueFull, Slots
 from edgespec.decoding.turns import Turns
+
+
+class Asked:
+    """An answer as the table sees it."""
+
+    def __init__(self, prompt: list[int], owner: str | None = None):
+        self.prompt = tuple(prompt)
+        self.cancel = Cancel()
+        self.owner = owner
+        self.sequence = -1
 
 
 def make(held: dict[int, list[int]]) -> Slots:
     return Slots(len(held), lambda seq: held[seq])
 
 
+def seat(slots: Slots, prompt: list[int]) -> Asked:
+    answer = Asked(prompt)
+    slots.enqueue(answer)
+    with slots.cond:
+        assert slots.admit() == [answer]
+    return answer
+
+
 def test_a_prompt_goes_to_the_slot_holding_most_of_it():
     slots = make({0: [1, 2, 3], 1: [1, 2, 9, 9], 2: []})
-    never = Cancel()
-    with slots.lease([1, 2, 9, 5], never) as seq:
-        assert seq == 1
-        with slots.lease([1, 2, 3, 4], never) as other:
-            assert other == 0
-            assert slots.busy == 2
+    assert seat(slots, [1, 2, 9, 5]).sequence == 1
+    assert seat(slots, [1, 2, 3, 4]).sequence == 0
+    assert slots.busy == 2
 
 
 def test_what_the_prompt_cache_holds_counts_as_held_by_every_slot():
@@ -35,114 +53,130 @@ def test_what_the_prompt_cache_holds_counts_as_held_by_every_slot():
     held = {0: [1, 2, 3, 4, 5, 6], 1: [], 2: [1, 2, 7]}
     stored = {(1, 2, 8, 9, 9): 5}
     slots = Slots(len(held), lambda seq: held[seq], lambda prompt: stored.get(tuple(prompt), 0))
-    never = Cancel()
-    with slots.lease([1, 2, 8, 9, 9], never) as seq:
-        assert seq == 1  # all three hold at least 2 of it, counting the cache: 1 loses nothing
-    with slots.lease([1, 2, 3, 4, 5, 6, 7], never) as seq:
-        assert seq == 0  # its own history
-    with slots.lease([1, 2, 7, 8], never) as seq:
-        assert seq == 2
+    for prompt, expected in (([1, 2, 8, 9, 9], 1), ([1, 2, 3, 4, 5, 6, 7], 0), ([1, 2, 7, 8], 2)):
+        answer = seat(slots, prompt)
+        assert answer.sequence == expected  # (the first: all hold 2 of it, counting the cache)
+        slots.give_back(answer)
 
 
 def test_without_a_shared_prefix_the_slot_idle_longest_is_taken():
     slots = make({0: [], 1: [], 2: []})
-    never = Cancel()
-    leases = [slots.lease([5], never) for _ in range(3)]
-    taken = [lease.__enter__() for lease in leases]
-    assert sorted(taken) == [0, 1, 2]
-    for i in (2, 0, 1):  # given back in this order: the slot of lease 2 is idle longest
-        leases[i].__exit__(None, None, None)
-    with slots.lease([7], never) as seq:
-        assert seq == taken[2]
+    seated = [seat(slots, [5]) for _ in range(3)]
+    assert sorted(a.sequence for a in seated) == [0, 1, 2]
+    for i in (2, 0, 1):  # given back in this order: the slot of answer 2 is idle longest
+        slots.give_back(seated[i])
+    assert seat(slots, [7]).sequence == seated[2].sequence
 
 
-def test_waiting_answers_are_served_in_arrival_order_and_a_stopped_one_gives_up():
+def test_waiting_answers_are_admitted_in_arrival_order_and_a_stopped_one_at_once():
     slots = make({0: []})
-    never, stopped = Cancel(), Cancel()
-    order: list[str] = []
+    running = seat(slots, [1])
+    first, quitter, second = Asked([1]), Asked([1]), Asked([1])
+    assert [slots.enqueue(a) for a in (first, quitter, second)] == [1, 2, 3]  # answers ahead
+    with slots.cond:
+        assert not slots.ready() and slots.admit() == []
+    quitter.cancel.set()
+    with slots.cond:
+        assert slots.ready()
+        assert slots.admit() == [quitter]  # without a slot: it ends before it touches a model
+    assert slots.busy == 1 and slots.waiting == 2
+    slots.give_back(running)
+    with slots.cond:
+        assert slots.admit() == [first]
+    slots.give_back(first)
+    with slots.cond:
+        assert slots.admit() == [second]
+    slots.give_back(quitter)  # (it held no slot: nothing is freed twice)
+    assert slots.busy == 1
 
-    def wait(name: str, cancel: Cancel) -> None:
-        with slots.lease([1], cancel) as seq:
-            order.append(f"{name}:{seq}")
 
-    with slots.lease([1], never):
-        waiters = []
-        for name, cancel in (("first", never), ("quitter", stopped), ("second", never)):
-            waiters.append(threading.Thread(target=wait, args=(name, cancel)))
-            waiters[-1].start()
-            time.sleep(0.1)  # arrival order
-        stopped.set()
-        waiters[1].join(5)
-        assert order == ["quitter:None"]
-    for waiter in waiters:
-        waiter.join(5)
-    assert order == ["quitter:None", "first:0", "second:0"]
+def test_a_front_ends_bound_on_the_queue_is_kept_and_a_stopped_answer_frees_its_place():
+    slots = make({0: []})
+    seat(slots, [1])
+    waiting = Asked([1])
+    assert slots.enqueue(waiting, limit=1) == 1
+    with pytest.raises(QueueFull):
+        slots.enqueue(Asked([1]), limit=1)
+    waiting.cancel.set()  # a client that hangs up frees its place at once
+    assert slots.enqueue(Asked([1]), limit=1) == 1
+    assert slots.enqueue(Asked([1])) == 2  # the Python API sets no bound
 
 
-def test_a_waiting_answers_stop_wakes_it_at_once_without_polling():
-    """The stop itself wakes the waiting answer (its ``Cancel`` notifies the slots): every
-    wait is untimed, and the answer gives up as soon as its stop is set."""
+def test_owners_find_their_own_answers_only():
+    slots = make({0: []})
+    mine, theirs = Asked([1], owner="tab-1"), Asked([1], owner="tab-2")
+    slots.enqueue(mine)
+    slots.enqueue(theirs)
+    with slots.cond:
+        slots.admit()
+    assert slots.answers("tab-1") == [mine] and slots.answers("tab-2") == [theirs]
+    assert slots.answers() == [mine, theirs]  # the seated first
+
+
+class Forever(Runner):
+    """An answer that asks for passes until it is stopped."""
+
+    def steps(self):
+        while not self.cancel.is_set():
+            yield "step"
+            yield Pass([1])
+
+
+def test_a_waiting_answers_stop_ends_it_at_once_and_the_loop_never_polls():
+    """The stop itself wakes the loop (the answer's ``Cancel`` notifies the table): every
+    wait of the loop is untimed, and the stopped answer ends as soon as its stop is set."""
     slots = make({0: []})
     timeouts: list[float | None] = []
-    cond = slots._cond
-    real_wait = cond.wait
+    real_wait = slots.cond.wait
 
     def untimed(timeout: float | None = None) -> bool:
         timeouts.append(timeout)
         return real_wait(timeout)
 
-    cond.wait = untimed  # type: ignore[method-assign]
-    cancel = Cancel()
-    got: list[int | None] = []
-    gave_up = threading.Event()
+    slots.cond.wait = untimed  # type: ignore[method-assign]
+    gate = threading.Event()
 
-    def wait() -> None:
-        with slots.lease([1], cancel) as seq:
-            got.append(seq)
-        gave_up.set()
+    def decode(passes):
+        gate.wait(10)  # the running answer's pass, held while the other waits
+        return [np.zeros((len(tokens), 3), dtype=np.float32) for _, tokens in passes]
 
-    with slots.lease([1], Cancel()):
-        waiter = threading.Thread(target=wait)
-        waiter.start()
-        deadline = time.monotonic() + 5
-        while not timeouts and time.monotonic() < deadline:
-            time.sleep(0.001)  # (the test's own wait for the waiter to be waiting)
-        assert timeouts, "the answer never waited"
-        time.sleep(0.1)  # a poll would have looked by now: only the stop may wake it
-        waits = len(timeouts)
+    turns = Turns(slots, threaded=True, decode_passes=decode)
+    running, waiting = Forever((1,), Cancel()), Forever((1,), Cancel())
+    try:
+        turns.submit(running)
+        turns.submit(waiting)
+        assert slots.waits(waiting)
         stopped_at = time.perf_counter()
-        cancel.set()
-        assert gave_up.wait(1)
+        waiting.cancel.set()
+        gate.set()
+        items = waiting.take()
         woke_s = time.perf_counter() - stopped_at
-        waiter.join(1)
-    assert got == [None]
-    assert timeouts == [None] * len(timeouts) and len(timeouts) == waits  # one wake, the stop's
-    assert woke_s < 0.2, f"the stop took {woke_s:.3f} s to wake the waiting answer"
+        assert items == [END]  # it ran nothing
+        running.cancel.set()
+        assert END in running.take() + running.take()
+    finally:
+        turns.close()
+    assert all(timeout is None for timeout in timeouts)
+    assert woke_s < 5, f"the stop took {woke_s:.3f} s to end the waiting answer"
 
 
 def test_holding_all_waits_for_the_running_answer_and_keeps_new_ones_out():
     slots = make({0: [], 1: []})
-    never = Cancel()
-    with slots.lease([1], never):
-        assert not slots.hold_all(timeout=0.1)  # an answer runs
+    running = seat(slots, [1])
+    assert not slots.hold_all(timeout=0.1)  # an answer runs
+    slots.give_back(running)
     assert slots.hold_all(timeout=1)
-    got: list[int | None] = []
-    late = threading.Thread(target=lambda: got.extend(_lease_once(slots)))
-    late.start()
-    time.sleep(0.2)
-    assert got == []  # kept out while held
+    late = Asked([1])
+    slots.enqueue(late)
+    with slots.cond:
+        assert not slots.ready() and slots.admit() == []  # kept out while held
     slots.release_all()
-    late.join(5)
-    assert got and got[0] is not None
-
-
-def _lease_once(slots: Slots) -> list[int | None]:
-    with slots.lease([1], Cancel()) as seq:
-        return [seq]
+    with slots.cond:
+        assert slots.admit() == [late]
 
 
 def test_threaded_turns_run_on_one_thread_in_the_order_asked():
-    turns = Turns(threaded=True)
+    turns = Turns(make({0: []}), threaded=True)
     log: list[tuple[str, str]] = []
     ready = threading.Barrier(3)
 
@@ -176,4 +210,4 @@ def test_threaded_turns_run_on_one_thread_in_the_order_asked():
     assert all(x != y for x, y in itertools.pairwise(names))
     assert len({thread for _, thread in log}) == 1  # every step on the one engine thread
     with pytest.raises(ZeroDivisionError):  # a step's error reaches its caller
-        Turns(threaded=True).run(lambda: 1 / 0)
+        Turns(make({0: []}), threaded=True).run(lambda: 1 / 0)

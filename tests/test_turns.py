@@ -12,7 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from edgespec.decoding.turns import AHEAD_S, DraftPass, Pass, Passed, Turns, driven
+from edgespec.decoding.runner import Runner
+from edgespec.decoding.slots import Cancel, Slots
+from edgespec.decoding.turns import AHEAD_S, DraftPass, Pass, Passed, Turns
+
+
+def table(count: int = 4) -> Slots:
+    """A slot table of ``count`` empty sequences: answers get the lowest free one first."""
+    return Slots(count, lambda _seq: [])
 
 
 class Scripted:
@@ -21,9 +28,12 @@ class Scripted:
 
     stopping = False
     told = False
+    prompt: tuple[int, ...] = ()
+    owner = None
 
     def __init__(self, sequence: int, passes: int, size: int = 1):
-        self.sequence = sequence
+        self.cancel = Cancel()
+        self.sequence = sequence  # (the table gives it the same, given in order)
         self.finished = False
         self.left = passes
         self.size = size
@@ -49,6 +59,9 @@ class Scripted:
         self.finished = True
         self.done.set()
 
+    def hand_over(self) -> None:
+        pass
+
 
 class Recorder:
     """A decode of several passes: each row holds its sequence number."""
@@ -67,7 +80,7 @@ class Recorder:
 
 def run_all(turns: Turns, runners: list[Scripted]) -> None:
     for runner in runners:
-        turns.join(runner)
+        turns.submit(runner)
     for runner in runners:
         assert runner.done.wait(10)
 
@@ -80,7 +93,7 @@ def run_together(turns: Turns, runners: list) -> None:
     held = threading.Thread(target=turns.run, args=(blocker.wait,))
     held.start()
     for runner in runners:
-        turns.join(runner)
+        turns.submit(runner)
     blocker.set()
     try:
         for runner in runners:
@@ -91,7 +104,7 @@ def run_together(turns: Turns, runners: list) -> None:
 
 def test_the_passes_of_the_answers_running_at_once_are_one_decode():
     decode = Recorder()
-    turns = Turns(threaded=True, decode_passes=decode)
+    turns = Turns(table(), threaded=True, decode_passes=decode)
     runners = [Scripted(0, 3), Scripted(1, 5), Scripted(2, 1, size=4)]
     run_together(turns, runners)
     # The one that joined last goes first: a new answer is read before the others step.
@@ -114,14 +127,14 @@ def test_an_answer_that_joins_goes_first_in_the_next_round():
     """What gets a short question's prompt read, and its first token sent, before the
     other answers' next batches of a long prompt."""
     decode = Recorder()
-    turns = Turns(threaded=True, decode_passes=decode)
+    turns = Turns(table(), threaded=True, decode_passes=decode)
     running = Scripted(0, 1000)
     joining = Scripted(1, 3)
     try:
-        turns.join(running)
+        turns.submit(running)
         while len(decode.calls) < 3:
             time.sleep(0.001)
-        turns.join(joining)
+        turns.submit(joining)
         assert joining.done.wait(10)
     finally:
         turns.close()
@@ -132,7 +145,7 @@ def test_an_answer_that_joins_goes_first_in_the_next_round():
 def test_a_joining_answer_is_announced_until_its_round_begins():
     """``arrival``: what stops a prompt batch being read (``Sequence.decode``'s)."""
     decode = Recorder()
-    turns = Turns(threaded=True, decode_passes=decode)
+    turns = Turns(table(), threaded=True, decode_passes=decode)
     inside, blocker = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -144,7 +157,7 @@ def test_a_joining_answer_is_announced_until_its_round_begins():
     runner = Scripted(0, 2)
     try:
         assert inside.wait(10)  # the engine thread is in the call, between rounds
-        turns.join(runner)
+        turns.submit(runner)
         assert turns.arrival.is_set()  # the engine is busy: the round has not begun
         blocker.set()
         assert runner.done.wait(10)
@@ -155,12 +168,12 @@ def test_a_joining_answer_is_announced_until_its_round_begins():
 
 
 def test_a_failed_decode_ends_the_answers_in_it_and_no_other():
-    decode = Recorder(fail_when=1)
-    turns = Turns(threaded=True, decode_passes=decode)
+    decode = Recorder(fail_when=0)
+    turns = Turns(table(), threaded=True, decode_passes=decode)
     try:
-        failing = Scripted(1, 3)
+        failing = Scripted(0, 3)
         run_all(turns, [failing])
-        other = Scripted(0, 2)
+        other = Scripted(1, 2)  # (the table gives it the slot idle longest: 1)
         run_all(turns, [other])
     finally:
         turns.close()
@@ -169,13 +182,13 @@ def test_a_failed_decode_ends_the_answers_in_it_and_no_other():
 
 
 def test_calls_run_on_the_engine_thread_between_rounds_and_raise_where_asked():
-    turns = Turns(threaded=True, decode_passes=Recorder())
+    turns = Turns(table(), threaded=True, decode_passes=Recorder())
     try:
         assert turns.run(threading.current_thread).name == "edgespec-engine"
         with pytest.raises(ZeroDivisionError):
             turns.run(lambda: 1 / 0)
         runner = Scripted(0, 10**9)  # runs until told to stop
-        turns.join(runner)
+        turns.submit(runner)
         assert turns.run(lambda: 7) == 7  # answered while the answer runs
         runner.left = 0
         assert runner.done.wait(10)
@@ -186,13 +199,13 @@ def test_calls_run_on_the_engine_thread_between_rounds_and_raise_where_asked():
 
 
 def test_unthreaded_calls_run_in_the_callers_thread():
-    turns = Turns()
+    turns = Turns(table())
     assert not turns.threaded
     assert turns.run(threading.current_thread) is threading.current_thread()
 
 
 def test_a_shared_decode_is_charged_by_what_each_pass_would_cost_alone():
-    turns = Turns(threaded=True, decode_passes=Recorder())
+    turns = Turns(table(), threaded=True, decode_passes=Recorder())
     turns.weigh = lambda k: 1.0 + 0.25 * (k - 1)  # a pass of 5 tokens costs 2 of 1 token
     one, five = Scripted(0, 1), Scripted(1, 1, size=5)
     run_together(turns, [one, five])
@@ -236,7 +249,7 @@ def test_the_answers_draft_model_decodes_are_batched_before_their_passes():
 
         return decode
 
-    turns = Turns(threaded=True, decode_passes=recorder("target"), decode_drafts=recorder("draft"))
+    turns = Turns(table(), threaded=True, decode_passes=recorder("target"), decode_drafts=recorder("draft"))
     short, long, plain = Drafting(0, 2, drafts=1), Drafting(1, 2, drafts=3), Scripted(2, 2)
     run_together(turns, [short, long, plain])
     # Each pass is asked as its answer's drafting ends; the decode orders them by sequence.
@@ -314,7 +327,7 @@ def test_a_prompt_being_read_shares_the_engine_by_time_with_the_answers_decoding
     gets about a batch's seconds of steps between two batches, not one step."""
     clock, log = Clock(), []
     step, batch = AHEAD_S / 10, 4 * AHEAD_S
-    turns = Turns(threaded=True, decode_passes=timed_decode(clock, step, log), clock=clock)
+    turns = Turns(table(), threaded=True, decode_passes=timed_decode(clock, step, log), clock=clock)
     decoding, reading = Scripted(0, 300), Reading(1, batches=5, cost=batch, clock=clock, log=log)
     run_together(turns, [decoding, reading])
     reads = [i for i, entry in enumerate(log) if entry == ("read", 1)]
@@ -332,31 +345,31 @@ def test_a_question_asked_while_a_long_prompt_is_read_is_not_charged_its_prompt(
     AHEAD_S: 30 steps), not that share less what its prompt took (10)."""
     clock, log = Clock(), []
     step, batch = AHEAD_S / 10, 4 * AHEAD_S
-    turns = Turns(threaded=True, decode_passes=timed_decode(clock, step, log), clock=clock)
-    question = Asking(0, passes=200, prompt_s=2 * AHEAD_S, clock=clock, log=log)
+    turns = Turns(table(), threaded=True, decode_passes=timed_decode(clock, step, log), clock=clock)
+    question = Asking(1, passes=200, prompt_s=2 * AHEAD_S, clock=clock, log=log)
     joined = []
 
     def ask_once() -> None:
         if not joined:
-            turns.join(question)
+            turns.submit(question)
             joined.append(question)
 
-    reading = Reading(1, batches=3, cost=batch, clock=clock, log=log, read=ask_once)
+    reading = Reading(0, batches=3, cost=batch, clock=clock, log=log, read=ask_once)
     try:
-        turns.join(reading)
+        turns.submit(reading)
         assert reading.done.wait(10) and question.done.wait(10)
     finally:
         turns.close()
-    asked, reads = log.index(("asked", 0)), [i for i, entry in enumerate(log) if entry == ("read", 1)]
+    asked, reads = log.index(("asked", 1)), [i for i, entry in enumerate(log) if entry == ("read", 0)]
     assert reads[0] < asked < reads[1]
-    assert 29 <= sum(asked < i < reads[1] and entry == ("pass", 0) for i, entry in enumerate(log)) <= 31
+    assert 29 <= sum(asked < i < reads[1] and entry == ("pass", 1) for i, entry in enumerate(log)) <= 31
 
 
 def test_long_prompts_read_alone_go_on_together():
     """With no answer decoding, prompts being read take a batch each every round, as
     before: they end about together and then decode in shared passes."""
     clock, log = Clock(), []
-    turns = Turns(threaded=True, decode_passes=timed_decode(clock, AHEAD_S / 10, log), clock=clock)
+    turns = Turns(table(), threaded=True, decode_passes=timed_decode(clock, AHEAD_S / 10, log), clock=clock)
     readers = [Reading(seq, batches=4, cost=4 * AHEAD_S, clock=clock, log=log) for seq in range(3)]
     run_together(turns, readers)
     reads = [seq for kind, seq in log if kind == "read"]
@@ -365,11 +378,11 @@ def test_long_prompts_read_alone_go_on_together():
 
 def test_an_answer_stopped_while_its_prompt_waits_ends_at_once():
     clock, log = Clock(), []
-    turns = Turns(threaded=True, decode_passes=timed_decode(clock, 0.01, log), clock=clock)
+    turns = Turns(table(), threaded=True, decode_passes=timed_decode(clock, 0.01, log), clock=clock)
     decoding, reading = Scripted(0, 10**6), Reading(1, batches=100, cost=100 * AHEAD_S, clock=clock, log=log)
     try:
-        turns.join(decoding)
-        turns.join(reading)
+        turns.submit(decoding)
+        turns.submit(reading)
         while ("read", 1) not in log:
             time.sleep(0.001)
         log.append(("stop", 1))
@@ -386,7 +399,7 @@ def test_an_answer_stopped_while_its_prompt_waits_ends_at_once():
 def test_a_paced_reader_gets_the_first_events_and_the_last_at_once():
     """``every_s`` spares the reading thread a wake per step, never the answer's start or
     end: here the pace is longer than the test may take."""
-    turns = Turns(threaded=True, decode_passes=Recorder())
+    turns = Turns(table(), threaded=True, decode_passes=Recorder())
     first_seen = threading.Event()
 
     def steps():
@@ -399,9 +412,13 @@ def test_a_paced_reader_gets_the_first_events_and_the_last_at_once():
             yield Pass([0])
         yield "last"
 
+    class Scripted(Runner):
+        def steps(self):
+            return steps()
+
     got, started = [], time.perf_counter()
     try:
-        for item in driven(turns, steps(), 0, lambda: None, lambda: False, every_s=60.0):
+        for item in turns.drive(Scripted((), Cancel()), every_s=60.0):
             got.append(item)
             if item == "first":
                 first_seen.set()
@@ -409,3 +426,32 @@ def test_a_paced_reader_gets_the_first_events_and_the_last_at_once():
         turns.close()
     assert got == ["first", *range(30), "last"]
     assert time.perf_counter() - started < 30  # the end is handed over at once, not after the pace
+
+
+def test_an_unthreaded_answer_runs_in_its_readers_thread_in_rounds_of_one():
+    """Where the loop runs is all "threaded" means: unthreaded, the reader's own thread
+    admits its answer and decodes its passes, alone."""
+    decode = Recorder()
+    turns = Turns(table(1), decode_passes=decode)
+    threads: set[str] = set()
+
+    def steps():
+        for i in range(3):
+            threads.add(threading.current_thread().name)
+            yield i
+            passed = yield Pass([7, 7])
+            assert passed.logits.shape == (2, 3) and not passed.shared
+
+    class Scripted(Runner):
+        def steps(self):
+            return steps()
+
+    answer = Scripted((), Cancel())
+    assert list(turns.drive(answer)) == [0, 1, 2]
+    assert decode.calls == [[0]] * 3 and threads == {threading.current_thread().name}
+    assert turns.slots.busy == 0  # its slot went back as it ended
+    # A reader that leaves stops its answer, which ends and gives its slot back.
+    left = turns.drive(Scripted((), Cancel()))
+    assert next(left) == 0
+    left.close()
+    assert turns.slots.busy == 0

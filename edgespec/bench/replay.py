@@ -209,6 +209,7 @@ class ReplayedModel:
     the real model."""
 
     rollback = "truncate"
+    n_seq = 1
 
     def __init__(
         self,
@@ -263,6 +264,10 @@ class ReplayedModel:
 
     def sequence(self, seq: int) -> ReplayedModel:
         return self  # a replay is one answer, in one sequence
+
+    def decode_passes(self, passes: list[tuple[int, list[int]]], *, last: bool = False) -> list[np.ndarray]:
+        """The pair's loop asks for its one answer's passes as the real model's are asked."""
+        return [self.decode(tokens, 1 if last else len(tokens)) for _, tokens in passes]
 
     def decode(
         self,

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from edgespec.decoding.auto import DEFAULT, PairState, Tuning
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done
 from edgespec.decoding.request import Request
+from edgespec.decoding.runner import END
 from edgespec.errors import EdgespecError, run_reporting_errors
 from edgespec.runtime.model import Model
 
@@ -129,7 +130,6 @@ class ParallelReplay:
     def _together(
         self, engine: Engine, state: PairState, recordings: list[Recording], label: str
     ) -> list[Done]:
-        done: list[Done | BaseException | None] = [None] * len(recordings)
         answers = []
         for i, rec in enumerate(recordings):
             # The prompt is in its slot already: the answer reads only its last token.
@@ -138,33 +138,31 @@ class ParallelReplay:
                 model.sequence(i).tokens = list(rec.prompt[:-1])
             settings = rec.settings(max(len(rec.answer), 1))
             answer = engine.start(Request(tuple(rec.prompt), settings), policy_for(label, state, engine))
-            answer.sequence = i
             answers.append(answer)
+        done: list[Done | BaseException | None] = [None] * len(answers)
+        ended = [threading.Event() for _ in answers]
 
-        def read(i: int) -> None:
-            try:
-                for event in answers[i].events():
-                    if isinstance(event, Done):
-                        done[i] = event
-            except BaseException as exc:  # handed to the caller
-                done[i] = exc
+        def deliver(i: int, events: list[object]) -> None:
+            for event in events:
+                if isinstance(event, Done | BaseException):
+                    done[i] = event
+            if events and events[-1] is END:
+                ended[i].set()
 
-        # The engine thread waits between rounds until every answer has joined, in order,
-        # so that the rounds, and what the pair state learns in them, are the same in
-        # every run (a replay decides by the curve, never by the threads' timing).
+        # The loop waits between rounds until every answer is queued, in order, so that
+        # the rounds, and what the pair state learns in them, are the same in every run
+        # (a replay decides by the curve, never by the threads' timing). Each takes the
+        # slot whose sequence holds its prompt.
         held, go = threading.Event(), threading.Event()
         gate = threading.Thread(target=engine.turn.run, args=(lambda: held.set() or go.wait(),), daemon=True)
         gate.start()
         held.wait()
-        threads = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(answers))]
-        for joined, thread in enumerate(threads, start=1):
-            thread.start()
-            while engine.turn.running < joined and thread.is_alive():
-                time.sleep(0.0005)  # (a tool's start-up, not a wait for a slot)
+        for i, answer in enumerate(answers):
+            answer.submit(partial(deliver, i))
         go.set()
         gate.join()
-        for thread in threads:
-            thread.join()
+        for event in ended:
+            event.wait()
         for result in done:
             if isinstance(result, BaseException):
                 raise result

@@ -39,6 +39,8 @@ from edgespec.bench.runner import (
     run_benchmark,
     with_baselines,
 )
+from edgespec.cli.generate import rpc_options
+from edgespec.cli.rpc_flags import add_rpc_flags
 from edgespec.decoding.auto import describe
 from edgespec.errors import EdgespecError
 
@@ -142,6 +144,7 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--threads", type=int, default=None)
     bench.add_argument("--n-gpu-layers", type=int, default=-1)
     bench.add_argument("--n-gpu-layers-draft", type=int, default=-1)
+    add_rpc_flags(bench)
     bench.add_argument("--json", metavar="FILE", help="also write every run and the summary as JSON")
     sessions.add_arguments(bench)
     for flag in MOVED:  # accepted only to say where the instrument went
@@ -185,6 +188,10 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             raise EdgespecError(f"--{flag.replace('_', '-')} moved out of the package: from a checkout of "
                                 f"edgespec, run {command}")  # fmt: skip
+    if args.rpc and (args.sessions is not None or args.parallel is not None):
+        raise EdgespecError(
+            "--rpc splits the corpus benchmark's target; --sessions and --parallel run on one machine"
+        )
     if args.sessions is not None:  # whole sessions against servers: bench/sessions.py
         return sessions.run_from_args(args)
     if args.parallel is not None:  # several answers at once: bench/parallel.py
@@ -215,7 +222,8 @@ def run_corpus(
           f"{len(configs)} configurations × {args.repeats} repeats, {args.max_tokens} tokens")  # fmt: skip
     state = lm.controller_state()  # measured (or loaded) here, before the header and every run
     print(f"machine: {machine()}")
-    print(f"target {lm.target.name}, draft {lm.draft.name if lm.draft else 'none'}")
+    split = f" ({lm.target.placement.describe()})" if lm.target.placement is not None else ""
+    print(f"target {lm.target.name}{split}, draft {lm.draft.name if lm.draft else 'none'}")
     print(f"measured costs: {describe(state.costs)}", flush=True)
     report = run_benchmark(
         lm,
@@ -237,6 +245,7 @@ def load_pair(args: argparse.Namespace, configs: list[Config]) -> EdgeSpec:
     """The regime's pair; the draft model only where a configuration can use it."""
     pair = pair_for(args.regime, args.target, args.draft)
     needs_draft = any(c.drafter in ("model", "auto") for c in configs)
+    endpoints, split = rpc_options(args)
     return EdgeSpec(
         pair.target,
         pair.draft if needs_draft else None,
@@ -245,6 +254,8 @@ def load_pair(args: argparse.Namespace, configs: list[Config]) -> EdgeSpec:
             threads=args.threads,
             n_gpu_layers=args.n_gpu_layers,
             n_gpu_layers_draft=args.n_gpu_layers_draft,
+            rpc=endpoints,
+            tensor_split=split,
             # As in `generate`: auto may draft a long copy in one verification.
             max_gamma=max([DEFAULT_MAX_GAMMA] + [c.gamma for c in configs if isinstance(c.gamma, int)]),
         ),
@@ -260,6 +271,7 @@ def write_json(path: str, args: argparse.Namespace, lm: EdgeSpec, report: Report
         "repeats": args.repeats,
         "target": lm.target.name,
         "draft": lm.draft.name if lm.draft else None,
+        "placement": lm.target.placement.facts() if lm.target.placement is not None else None,
         **report.as_dict(),
         "bars": [{"pass": ok, "text": text} for ok, text in bars],
     }

@@ -13,6 +13,8 @@ import math
 import sys
 
 from edgespec.api import DEFAULT_MAX_GAMMA, EdgeSpec, RuntimeOptions
+from edgespec.cli.generate import rpc_options
+from edgespec.cli.rpc_flags import add_rpc_flags
 from edgespec.decoding.costs import (
     CHEAP_UP_TO,
     CostCurve,
@@ -27,6 +29,7 @@ from edgespec.decoding.costs import (
 from edgespec.errors import EdgespecError
 from edgespec.models import catalog, store
 from edgespec.models.resolve import resolve
+from edgespec.runtime import rpc
 
 _SHOWN_SIZES = (1, 2, 3, 4, 5, 8, 9, 16, 17, 24, 32, 33, 48, 64, 65)
 
@@ -41,6 +44,7 @@ def add_parser(subparsers) -> None:
         action.add_argument("--n-gpu-layers", type=int, default=-1)
         action.add_argument("--n-gpu-layers-draft", type=int, default=-1)
         action.add_argument("--threads", type=int, default=None)
+        add_rpc_flags(action)
     costs.set_defaults(handler=run)
 
 
@@ -60,11 +64,14 @@ def show(args: argparse.Namespace) -> int:
     target_arg, draft_arg = _names(args)
     target = resolve(target_arg, download=False)
     draft = resolve(draft_arg, download=False) if draft_arg else None
-    facts = profile_facts_for(
+    about = (
         describe_model(target.name, target.path, args.n_gpu_layers, args.threads),
         describe_model(draft.name, draft.path, args.n_gpu_layers_draft, args.threads) if draft else None,
     )
-    in_use = profile_path_for(facts, target.name, draft.name if draft else None)
+    layout = _layout(args)  # no worker is reached: show loads nothing
+    facts = profile_facts_for(*about, layout)
+    names = (target.name, draft.name if draft else None)
+    in_use = profile_path_for(facts, *names)
     folder = store.home() / "costs"
     profiles = sorted(folder.glob("*.json")) if folder.is_dir() else []
     print(f"cost profiles in {folder}:")
@@ -72,27 +79,18 @@ def show(args: argparse.Namespace) -> int:
         print(f"  {'*' if path == in_use else ' '} {path.name}  {_status(path)}")
     if not profiles:
         print("  (none yet)")
-    print(f"\nfor {target.name} + {draft.name if draft else 'no draft'} on this machine ({facts['cpu']}):")
+    where = f"split ({layout})" if layout else "on this machine"
+    print(f"\nfor {target.name} + {draft.name if draft else 'no draft'} {where} ({facts['cpu']}):")
     print(f"  {in_use.name}")
     data = read_profile(in_use) if in_use.is_file() else None
     if data is None:
         print("  not measured yet: it is measured on first use, or now with `edgespec costs measure`")
         return 0
     print(f"  {_status(in_use)}")
-    curve = CostCurve(max(DEFAULT_MAX_GAMMA + 1, *(int(k) for k in data.get("target", {}) or {"1": 0})))
-    curve.load_json(data.get("target", {}))
-    one = curve.estimate(1)
-    measured = {k: curve.estimate(k) for k in range(1, curve.k_max + 1) if curve.measured(k)}
-    cheap = cheap_sizes(measured)
-    print("  target pass by tokens verified (ms, and × one token; cheap: no mix of other sizes beats it)")
-    for k in sorted(set(_SHOWN_SIZES) | set(cheap)):
-        if curve.measured(k) and not math.isnan(one):
-            mark = "  cheap" if k in cheap else ""
-            print(f"    {k:3d}: {1000 * curve.estimate(k):8.1f}  ×{curve.estimate(k) / one:5.2f}{mark}")
-    if len(cheap) > 1:
-        sizes = ", ".join(map(str, cheap))
-        print(f"  cheap sizes below {CHEAP_UP_TO}: {sizes} tokens (long drafts pay best verified at these)")
+    alone = read_profile(profile_path_for(profile_facts_for(*about), *names)) if layout else None
+    _print_curves(data, alone, split=bool(layout))
     draft_costs = data.get("draft") or {}
+    one = _curve(data).estimate(1)
     if "1" in draft_costs and not math.isnan(one):
         per_token = float(draft_costs["1"])
         share = per_token / one
@@ -102,6 +100,45 @@ def show(args: argparse.Namespace) -> int:
     guess = 1000 * float(data.get("overhead", 0.0))
     print(f"  Python per step: learned while generating (each run starts from {guess:.2f} ms)")
     return 0
+
+
+def _layout(args: argparse.Namespace) -> str:
+    """The device layout ``--rpc`` and ``--tensor-split`` name, as a profile is keyed by it."""
+    if args.tensor_split is not None and not args.rpc:
+        raise EdgespecError("--tensor-split splits the target over workers: give them with --rpc")
+    split = rpc.parse_split(args.tensor_split) if args.tensor_split is not None else ()
+    return rpc.layout_key(rpc.parse_endpoints(args.rpc), split) if args.rpc else ""
+
+
+def _curve(data: dict) -> CostCurve:
+    curve = CostCurve(max(DEFAULT_MAX_GAMMA + 1, *(int(k) for k in data.get("target", {}) or {"1": 0})))
+    curve.load_json(data.get("target", {}))
+    return curve
+
+
+def _print_curves(data: dict, alone: dict | None, *, split: bool) -> None:
+    """The target's pass by size; beside it, for a split target, the same target on this
+    machine alone (where that was measured)."""
+    curve = _curve(data)
+    one = curve.estimate(1)
+    measured = {k: curve.estimate(k) for k in range(1, curve.k_max + 1) if curve.measured(k)}
+    cheap = cheap_sizes(measured)
+    local = _curve(alone) if alone is not None else None
+    print("  target pass by tokens verified (ms, and × one token; cheap: no mix of other sizes beats it)")
+    if alone is not None:
+        print("          split               on this machine alone")
+    for k in sorted(set(_SHOWN_SIZES) | set(cheap)):
+        if curve.measured(k) and not math.isnan(one):
+            mark = "  cheap" if k in cheap else ""
+            row = f"    {k:3d}: {1000 * curve.estimate(k):8.1f}  ×{curve.estimate(k) / one:5.2f}"
+            if local is not None and local.measured(k) and local.measured(1):
+                row += f"    {1000 * local.estimate(k):8.1f}  ×{local.estimate(k) / local.estimate(1):5.2f}"
+            print(row + mark)
+    if len(cheap) > 1:
+        sizes = ", ".join(map(str, cheap))
+        print(f"  cheap sizes below {CHEAP_UP_TO}: {sizes} tokens (long drafts pay best verified at these)")
+    if split and alone is None:
+        print("  on this machine alone: not measured yet (`edgespec costs measure` without --rpc)")
 
 
 def _status(path) -> str:
@@ -131,6 +168,8 @@ def _status(path) -> str:
         if falls:
             flags.append(f"measured twice alike, so kept: {', '.join(falls)}")
     facts = data.get("facts") or {}
+    if facts.get("layout"):
+        flags.append(f"split: {facts['layout']}")
     if facts.get("cpu"):
         flags.append(facts["cpu"] + (f" ({facts['isa']})" if facts.get("isa") else ""))
     return ", ".join(flags)
@@ -140,11 +179,16 @@ def measure(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise EdgespecError(f"threads must be >= 1 (got {args.threads})")
     target_arg, draft_arg = _names(args)
+    endpoints, split = rpc_options(args)
     lm = EdgeSpec(
         target_arg,
         draft_arg,
         RuntimeOptions(
-            n_gpu_layers=args.n_gpu_layers, n_gpu_layers_draft=args.n_gpu_layers_draft, threads=args.threads
+            n_gpu_layers=args.n_gpu_layers,
+            n_gpu_layers_draft=args.n_gpu_layers_draft,
+            threads=args.threads,
+            rpc=endpoints,
+            tensor_split=split,
         ),
     )
     try:

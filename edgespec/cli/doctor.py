@@ -17,12 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.cli.generate import rpc_options
+from edgespec.cli.rpc_flags import add_rpc_flags
 from edgespec.errors import EdgespecError
 from edgespec.models import catalog, store
 from edgespec.models.gguf import kv_bytes_per_token
 from edgespec.models.resolve import resolve
 from edgespec.progress import byte_bar
-from edgespec.runtime import system
+from edgespec.runtime import rpc, system
 from edgespec.runtime.context_size import default_context
 from edgespec.runtime.model import LoadOptions, Model, amx_guard_needed
 
@@ -37,6 +39,7 @@ def add_parser(subparsers) -> None:
     doctor = subparsers.add_parser("doctor", help="check this machine, the llama.cpp build and the models")
     doctor.add_argument("--target", default="default", help="catalog name or GGUF path of the target")
     doctor.add_argument("--draft", default="default", help="catalog name or GGUF path of the draft")
+    add_rpc_flags(doctor)
     doctor.set_defaults(handler=run)
 
 
@@ -107,6 +110,11 @@ def _build(report: Report) -> None:
     report.line(
         "amx", f"CPU {'yes' if cpu_amx else 'no'}, library {'yes' if lib_amx else 'no'}; guard {guard}"
     )
+    protocol = ".".join(map(str, rpc.PROTOCOL))
+    found = (
+        f"yes (protocol {protocol}: --rpc, edgespec worker)" if rpc.available() else rpc.unavailable_reason()
+    )
+    report.line("rpc", found)
 
 
 def _cached_models(report: Report) -> None:
@@ -132,13 +140,18 @@ def _load(report: Report, args: argparse.Namespace) -> dict[str, Model]:
     for role, arg in (("target", args.target), ("draft", args.draft)):
         name = catalog.default_name(role) if arg == "default" else arg
         try:
+            # The target over the workers --rpc names; the draft always here.
+            endpoints, split = rpc_options(args) if role == "target" else ((), ())
             resolved = resolve(name, download=False)
-            model = Model(resolved.path, LoadOptions(n_ctx=512, max_outputs=1), name=resolved.name)
+            options = LoadOptions(n_ctx=512, max_outputs=1, rpc=endpoints, tensor_split=split)
+            model = Model(resolved.path, options, name=resolved.name)
         except EdgespecError as exc:
             report.fail(f"{role} {name}: {exc}")
             continue
         buffers = ", ".join(f"{k} {v:,.0f} MiB" for k, v in model.buffers.items()) or "none reported"
         report.line(f"{role} buffers", f"{model.name}: {buffers}")
+        if model.placement is not None:
+            report.line(f"{role} layers", model.placement.describe())
         report.line(f"{role} context", _context_line(model))
         loaded[role] = model
     return loaded

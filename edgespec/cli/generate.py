@@ -18,12 +18,14 @@ import textwrap
 from pathlib import Path
 
 from edgespec.api import EdgeSpec, RuntimeOptions, check_prompt_text, settings_from
+from edgespec.cli.rpc_flags import add_rpc_flags
 from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, MAX_GAMMA, check_choice
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
 from edgespec.decoding.events import Done, Token
 from edgespec.decoding.request import GenerationSettings
 from edgespec.errors import EdgespecError
 from edgespec.models.recommend import total_memory_bytes
+from edgespec.runtime import rpc
 from edgespec.runtime.prompt_cache import GIB, CacheOptions
 
 
@@ -78,6 +80,7 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     models.add_argument("--cache-dir", default=None, metavar="DIR",
                         help="also keep those states on disk, so a restart answers a returning "
                              "conversation warm")  # fmt: skip
+    add_rpc_flags(models)
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
@@ -297,12 +300,30 @@ def check_ctx(ctx: int) -> None:
         raise EdgespecError(f"context length must be at least 16 tokens, or 0 for the model's (got {ctx})")
 
 
+def rpc_options(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The workers and the split ``--rpc`` and ``--tensor-split`` ask for, each worker reached
+    and greeted now: a worker that is down is one line naming it, before any model loads."""
+    split = rpc.parse_split(args.tensor_split) if args.tensor_split is not None else ()
+    if not args.rpc:
+        if split:
+            raise EdgespecError("--tensor-split splits the target over workers: give them with --rpc")
+        return (), ()
+    endpoints = rpc.parse_endpoints(args.rpc)
+    rpc.library()  # this build has the RPC backend, or one line saying how to get it
+    for endpoint in endpoints:
+        rpc.check_worker(endpoint)
+    return endpoints, split
+
+
 def runtime_options(
     args: argparse.Namespace, max_gamma: int = MAX_GAMMA, *, serving: bool = False, parallel: int = 1
 ) -> RuntimeOptions:
     """The runtime the model flags (``add_model_flags``) ask for, with ``parallel`` answers
     decoding at once."""
+    endpoints, split = rpc_options(args)
     return RuntimeOptions(
+        rpc=endpoints,
+        tensor_split=split,
         n_ctx=args.ctx,
         n_gpu_layers=args.n_gpu_layers,
         n_gpu_layers_draft=args.n_gpu_layers_draft,

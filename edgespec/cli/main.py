@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgespec.cli import bench, costs, doctor, generate, models, serve
+    from edgespec.cli import bench, costs, doctor, generate, models, serve, worker
 
     parser = _Parser(
         prog="edgespec",
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     costs.add_parser(subparsers)
     doctor.add_parser(subparsers)
     serve.add_parser(subparsers)
+    worker.add_parser(subparsers)
     return parser
 
 

@@ -4,7 +4,9 @@ The port is bound first (a taken port is one line and exit code 2, before gigaby
 loaded), uvicorn starts serving at once with ``/health`` answering 503 "loading", and the
 pair and its cost profile load in a background thread. With ``--ui`` the chat app is
 mounted at "/" on the same engine; it needs the loaded pair to build its page, so then the
-pair is loaded before the port opens.
+pair is loaded before the port opens. With ``--rpc``, a worker lost while serving makes the
+target unavailable (503) until the worker is back; then the process restarts itself on the
+same listening socket (``serve_restart.py``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgespec.api import EdgeSpec
-from edgespec.cli.generate import add_model_flags, cache_options, check_ctx, runtime_options
+from edgespec.cli.generate import add_model_flags, cache_options, check_ctx, rpc_options, runtime_options
 from edgespec.errors import EdgespecError
 from edgespec.models.resolve import resolve
+from edgespec.runtime import rpc
 
 if TYPE_CHECKING:
     import uvicorn
@@ -122,10 +125,13 @@ def run_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from edgespec.cli import serve_restart
     from edgespec.server.app import ServerState, create_app
 
-    sock = bind(args.host, args.port)
+    # After a restart (a lost worker back): the socket that listened before, never closed.
+    sock = serve_restart.adopt(args.port) or bind(args.host, args.port)
     state = ServerState(api_key=args.api_key or None, max_queue=args.max_queue)
+    recovery = serve_restart.watch(state, rpc.parse_endpoints(args.rpc), sock) if args.rpc else None
     embedder = resolve(args.embedding_model).path if args.embedding_model else None
     app = create_app(state, cors_origins(args.cors), embedder)
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -145,6 +151,8 @@ def run_serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=3,
         )
     )
+    if recovery is not None:
+        recovery.server = server
     failure: list[str] = []
     print(f"edgespec serve: {url}/v1  (health: {url}/health, Ctrl-C to stop)", file=sys.stderr, flush=True)
     if not loaded:
@@ -158,6 +166,10 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         server.run(sockets=[sock])
     finally:
+        if recovery is not None:
+            recovery.stopping = True
+        if state.unavailable:
+            serve_restart.leave_now()
         sock.close()
         # Free llama.cpp only once no generation can touch it any more; a worker stuck
         # past the timeout is left to the process exit instead of a use-after-free.
@@ -186,6 +198,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise EdgespecError(f"port must be in 1..65535 (got {args.port})")
     check_ctx(args.ctx)
     cache_options(args, serving=True)  # a bad --cache-ram or --cache-dir, before loading
+    rpc_options(args)  # a worker that is down: the server refuses to start
     cors_origins(args.cors)
     if args.chat_template:
         read_template(args.chat_template)
@@ -279,7 +292,8 @@ def load_in_background(
         return
     loaded.append(lm)
     state.attach(lm)
-    print(f"edgespec serve: ready, {lm.target.name} + {lm.draft.name if lm.draft else 'no draft'}"
+    split = f" ({lm.target.placement.describe()})" if lm.target.placement is not None else ""
+    print(f"edgespec serve: ready, {lm.target.name}{split} + {lm.draft.name if lm.draft else 'no draft'}"
           f"{cache_line(lm)}", file=sys.stderr, flush=True)  # fmt: skip
 
 

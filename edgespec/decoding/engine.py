@@ -47,11 +47,12 @@ class Engine:
         # conversation the pair has seen): it lives as long as the pair.
         self.shared = registry.PairShared()
         self._boundary_of: dict[int, int] = {}
-        # Answers running at once: one sequence (slot) each, their steps in rounds on one
-        # engine thread where several threads read answers, their passes in one decode.
+        # Answers running at once: one sequence (slot) each, admitted from one queue by the
+        # pair's loop, their steps in rounds (on one engine thread where several threads
+        # read answers), their passes in one decode.
         self.slots = Slots(target.n_seq, lambda seq: target.sequence(seq).tokens, self._stored)
         drafts = partial(draft.decode_passes, last=True) if draft is not None else None
-        self.turn = Turns(threaded, target.decode_passes, clock, drafts)
+        self.turn = Turns(self.slots, threaded, target.decode_passes, clock, drafts)
 
     def _stored(self, prompt: list[int]) -> int:
         """How much of ``prompt`` the target's prompt cache could bring into a sequence."""

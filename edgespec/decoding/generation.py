@@ -28,10 +28,11 @@ from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, S
 from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
 from edgespec.decoding.policy import Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.request import Request, prediction_tokens_used
+from edgespec.decoding.runner import PAUSE, DraftPass, Pass, Passed, Pause, Runner, Steps
 from edgespec.decoding.sampling import probabilities, sample
 from edgespec.decoding.slots import Cancel
 from edgespec.decoding.textstream import TextStream
-from edgespec.decoding.turns import PAUSE, DraftPass, Pass, Passed, Pause, Turns, driven
+from edgespec.decoding.turns import Turns
 from edgespec.runtime.model import Model
 from edgespec.runtime.sequence import DecodeAborted, DecodeYielded, Sequence
 
@@ -101,22 +102,24 @@ class PairView:
     clock: Callable[[], float]
     boundaries: Callable[[list[int]], list[int]]
     max_gamma: int
-    turn: Turns  # the answers' model calls, in turn (and their passes batched, threaded)
+    turn: Turns  # the pair's loop: the slot table, the answers' model calls in turn
 
 
-class Generation:
+class Generation(Runner):
     """One answer. Created by ``Engine.start`` from a validated request; ``events()`` runs
-    it (once), ``stop()`` ends it from any thread."""
+    it (once), ``stop()`` ends it from any thread. As a ``Runner`` the pair's loop admits
+    it into a slot (which sets ``sequence``) and drives its steps."""
 
     def __init__(self, pair: PairView, request: Request, policy: Policy, drafters: dict[str, Drafter]):
         assert len(request.prompt) < pair.target.n_ctx, "the request builder checks the context"
+        live = LiveControl(request.settings.lenience)
+        super().__init__(request.prompt, live.cancel)
+        self.live = live
         self.pair = pair
         self.request = request
         self.settings = request.settings
         self.policy = policy
         self.drafters = drafters
-        self.live = LiveControl(request.settings.lenience)
-        self.sequence = 0  # the KV sequence (slot) the answer decodes in, leased by its runner
         # Reuse at most this many cached prompt tokens (None: all there are).
         self.reuse_limit: int | None = None
         self.constraint: Constraint | None = None
@@ -139,19 +142,27 @@ class Generation:
         self.live.stop()
 
     def events(self, every_s: float = 0.0) -> Iterator[Event]:
-        """Run the answer (once): Token and Step events, then one Done. Threaded, the
-        engine thread runs it with the other answers (``decoding.turns``) and this
-        thread reads its events, as they come or, with ``every_s``, in bunches at most
-        that often after the first (the last at once); else this thread runs it."""
+        """Run the answer (once) in a slot the pair's loop gives it, waiting for one in
+        arrival order: Token and Step events, then one Done; as they come or, with
+        ``every_s``, in bunches at most that often after the first (the last at once)."""
+        self._claim()
+        yield from self.pair.turn.drive(self, every_s)  # type: ignore[misc]  # (its events)
+
+    def submit(self, deliver: Callable[[list[object]], None], limit: int | None = None) -> int:
+        """Run the answer (once) with its events handed to ``deliver`` in lists, the last
+        ending with ``runner.END`` (or an exception); how many answers were ahead of it.
+        ``limit``: at most that many answers may wait, else ``slots.QueueFull``."""
+        assert self.pair.turn.threaded, "an engine thread drives an answer nobody reads in its own thread"
+        self._claim()
+        self.deliver = deliver
+        return self.pair.turn.submit(self, limit)
+
+    def _claim(self) -> None:
         assert not self._ran, "an answer runs once"
         self._ran = True
-        if self.pair.turn.threaded:
-            turn, stopped = self.pair.turn, lambda: self.live.stopped
-            yield from driven(turn, self._run(), self.sequence, self.stop, stopped, every_s)
-            return
-        for event in self._run():
-            if event is not PAUSE:
-                yield event
+
+    def steps(self) -> Steps:
+        return self._run()  # type: ignore[return-value]
 
     @property
     def target_sequence(self) -> Sequence:
@@ -385,11 +396,8 @@ class Generation:
             plan.wants_confidence or plan.keep_going is not None,
             self._draft_transform(),
         )
-        drafter = self.drafters[plan.drafter]
-        if self.pair.turn.threaded:
-            # The engine thread decodes the draft model's steps with the other answers'.
-            return (yield from drafter.drafting(self.committed, request))
-        return drafter.propose(self.committed, request)
+        # The loop decodes the draft model's steps with the other answers'.
+        return (yield from self.drafters[plan.drafter].drafting(self.committed, request))
 
     def _draft_transform(self) -> Callable[[np.ndarray, list[int]], np.ndarray] | None:
         """The penalties on the draft model's rows, each with its own history (the
@@ -441,14 +449,10 @@ class Generation:
         return tokens, [DRAFT] * accepted + [last], step, self._logprobs(logits, tokens)
 
     def _pass(self, tokens: list[int]) -> Generator[Pass, object, Passed]:
-        """The target's pass over ``tokens``, a logits row each: threaded, asked of the
-        engine thread, which decodes it with the other answers' passes; else decoded here."""
+        """The target's pass over ``tokens``, a logits row each, asked of the pair's loop,
+        which decodes it with the other answers' passes."""
         clock = self.pair.clock
         asked = clock()
-        if not self.pair.turn.threaded:
-            logits = self.target_sequence.decode(tokens, len(tokens), cancel=self.live.cancel)
-            self._shared_with, self._waited_s = (0, 0), 0.0
-            return Passed(logits, clock() - asked)
         passed: Passed = yield Pass(tokens)  # (a failed decode is raised here)
         self._shared_with = (passed.others, passed.others_tokens)
         self._waited_s = clock() - asked - passed.seconds

@@ -1,15 +1,17 @@
-"""Several answers on one pair at once: each leases a sequence of the models' contexts (a
-*slot*) for its whole life.
+"""Several answers on one pair at once: the slot table and the one queue answers are
+admitted from. Each answer leases a sequence of the models' contexts (a *slot*) for its
+whole life.
 
-``Slots`` hands out the sequences. A new answer gets the free one whose tokens share the
-longest prefix with its prompt (a conversation that comes back finds its own history
-still there), counting what the prompt cache holds as held by any; among those alike the
-one that throws away least, then the one idle longest; with none free it waits, in
-arrival order, on a condition every change notifies: a slot given back, and a waiting
-answer's stop (its ``Cancel`` token wakes the slots as it is set).
+``Slots`` is owned by the pair's loop (``decoding.turns``), which admits the waiting
+answers into free slots at the start of each round, under the table's condition. A new
+answer gets the free slot whose tokens share the longest prefix with its prompt (a
+conversation that comes back finds its own history still there), counting what the prompt
+cache holds as held by any; among those alike the one that throws away least, then the
+one idle longest. With none free it waits, in arrival order. Nothing polls: every change
+(an answer queued, a slot given back, a waiting answer's stop, whose ``Cancel`` token
+notifies the table as it is set) notifies the condition the loop waits on.
 Holding every slot (``exclusive``) is how the cost profile is measured and the pair is
-closed without an answer in between. How the answers in slots share the pair, step by
-step, is ``decoding.turns``.
+closed without an answer in between.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
 
 from edgespec.runtime.tokens import common_prefix
 
 
 class Cancel(threading.Event):
     """An answer's stop: set once, from any thread. Setting it also runs the callbacks
-    watching it, so whoever waits for the answer's sake (a slot) wakes at once."""
+    watching it, so whoever waits for the answer's sake (the slot table) wakes at once."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,11 +43,27 @@ class Cancel(threading.Event):
         self._watchers.append(callback)
 
     def unwatch(self, callback: Callable[[], None]) -> None:
-        self._watchers.remove(callback)
+        if callback in self._watchers:
+            self._watchers.remove(callback)
+
+
+class QueueFull(Exception):
+    """More answers are waiting than their front end allows."""
+
+
+class Seated(Protocol):
+    """What the table knows of an answer: its prompt, its stop, which front end's it is,
+    and the sequence it was given."""
+
+    prompt: tuple[int, ...]
+    cancel: Cancel
+    owner: str | None
+    sequence: int
 
 
 class Slots:
-    """The sequences of a pair's contexts, one per answer running at once."""
+    """The sequences of a pair's contexts, one per answer running at once, and the
+    answers waiting for one."""
 
     def __init__(
         self,
@@ -57,14 +76,17 @@ class Slots:
         self.count = count
         self._held = held
         self._stored = stored
-        self._cond = threading.Condition()
+        # Re-entrant: the loop admits and gives back while it holds the condition.
+        self.cond = threading.Condition(threading.RLock())
         self._free = set(range(self.count))
         self._last_used = dict.fromkeys(range(self.count), 0)
         self._tick = itertools.count(1)
-        self._queue = itertools.count()  # arrival numbers: the longest waiting goes first
-        self._waiting: list[int] = []
+        self._waiting: deque[Seated] = deque()
+        self._seated: dict[int, Seated] = {}  # by id(answer): the answers holding a slot
         self._exclusive = False
         self.lock = ExclusiveLock(self)
+
+    # -- what front ends ask ----------------------------------------------------------------
 
     def cached(self, prompt: list[int]) -> int:
         """How many of ``prompt``'s first tokens some sequence or the prompt cache holds:
@@ -76,41 +98,84 @@ class Slots:
     def busy(self) -> int:
         return self.count - len(self._free)
 
-    @contextmanager
-    def lease(self, prompt: tuple[int, ...] | list[int], cancel: Cancel) -> Iterator[int | None]:
-        """A sequence for one answer while the block runs; None when ``cancel`` was set
-        while it waited for one (it then runs nothing)."""
-        seq = self._take(list(prompt), cancel)
-        try:
-            yield seq
-        finally:
-            if seq is not None:
-                self._give_back(seq)
+    @property
+    def waiting(self) -> int:
+        with self.cond:
+            return sum(not answer.cancel.is_set() for answer in self._waiting)
 
-    def _take(self, prompt: list[int], cancel: Cancel) -> int | None:
-        # Watched before the first look, so a stop set at any moment is seen or wakes it.
-        cancel.watch(self._wake)
-        try:
-            with self._cond:
-                number = next(self._queue)
-                self._waiting.append(number)
-                try:
-                    while self._exclusive or not self._free or self._waiting[0] != number:
-                        if cancel.is_set():
-                            return None
-                        self._cond.wait()
-                    seq = self._choose(prompt)
-                    self._free.discard(seq)
-                    return seq
-                finally:
-                    self._waiting.remove(number)
-                    self._cond.notify_all()
-        finally:
-            cancel.unwatch(self._wake)
+    def answers(self, owner: str | None = None) -> list[Seated]:
+        """The answers seated or waiting (``owner``'s only, when given)."""
+        with self.cond:
+            every = [*self._seated.values(), *self._waiting]
+        return [answer for answer in every if owner is None or answer.owner == owner]
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    def enqueue(self, answer: Seated, limit: int | None = None) -> int:
+        """Queue ``answer`` for a slot; how many answers were ahead of it. ``limit``: at
+        most that many may wait besides the slots' answers, else ``QueueFull``."""
+        with self.cond:
+            ahead = self.waiting + self.busy
+            if limit is not None and ahead >= self.count + limit:
+                raise QueueFull(self.waiting)
+            answer.cancel.watch(self._wake)
+            self._waiting.append(answer)
+            self.cond.notify_all()
+            return ahead
+
+    def ready(self) -> bool:
+        """Whether ``admit`` has an answer to hand out (the caller holds ``cond``)."""
+        if any(answer.cancel.is_set() for answer in self._waiting):
+            return True
+        return bool(self._waiting) and bool(self._free) and not self._exclusive
+
+    def admit(self) -> list[Seated]:
+        """The waiting answers that go on now, in arrival order (the caller holds
+        ``cond``): each next one given a free slot while there is one, and every stopped
+        one at once, without a slot (it ends before it touches a model)."""
+        admitted: list[Seated] = []
+        for answer in [a for a in self._waiting if a.cancel.is_set()]:
+            self._waiting.remove(answer)
+            answer.cancel.unwatch(self._wake)
+            admitted.append(answer)
+        while self._waiting and self._free and not self._exclusive:
+            answer = self._waiting.popleft()
+            answer.cancel.unwatch(self._wake)
+            answer.sequence = self._choose(list(answer.prompt))
+            self._free.discard(answer.sequence)
+            self._seated[id(answer)] = answer
+            admitted.append(answer)
+        if admitted:
+            self.cond.notify_all()
+        return admitted
+
+    def drop_waiting(self) -> list[Seated]:
+        """Every waiting answer, taken out of the queue (the pair is closing)."""
+        with self.cond:
+            dropped, self._waiting = list(self._waiting), deque()
+            for answer in dropped:
+                answer.cancel.unwatch(self._wake)
+            return dropped
+
+    def seated(self, answer: Seated) -> bool:
+        with self.cond:
+            return id(answer) in self._seated
+
+    def waits(self, answer: Seated) -> bool:
+        with self.cond:
+            return answer in self._waiting
+
+    def give_back(self, answer: Seated) -> None:
+        """``answer`` has ended: its slot (if it had one) is free for the next."""
+        with self.cond:
+            if self._seated.pop(id(answer), None) is not None:
+                self._free.add(answer.sequence)
+                self._last_used[answer.sequence] = next(self._tick)
+            self.cond.notify_all()
 
     def _wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
 
     def _choose(self, prompt: list[int]) -> int:
         """The slot holding most of the prompt, counting what the prompt cache holds as held
@@ -128,29 +193,25 @@ class Slots:
 
         return max(sorted(self._free), key=value)
 
-    def _give_back(self, seq: int) -> None:
-        with self._cond:
-            self._free.add(seq)
-            self._last_used[seq] = next(self._tick)
-            self._cond.notify_all()
+    # -- the whole pair --------------------------------------------------------------------
 
     def hold_all(self, timeout: float | None = None) -> bool:
-        """Wait until no answer runs and keep new ones waiting (True), or give up after
-        ``timeout`` seconds (False)."""
+        """Wait until no answer holds a slot and keep new ones waiting (True), or give up
+        after ``timeout`` seconds (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
+        with self.cond:
             while self._exclusive or len(self._free) < self.count:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._cond.wait(left)  # (None: until a slot is given back)
+                self.cond.wait(left)  # (None: until a slot is given back)
             self._exclusive = True
             return True
 
     def release_all(self) -> None:
-        with self._cond:
+        with self.cond:
             self._exclusive = False
-            self._cond.notify_all()
+            self.cond.notify_all()
 
 
 class ExclusiveLock:

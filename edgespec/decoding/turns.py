@@ -1,49 +1,52 @@
-"""Every model call on a pair, in turn, and several answers' target passes as one decode.
+"""The pair's one loop: every answer is admitted from one queue into a slot
+(``decoding.slots``), and every model call on the pair is made in turn.
 
-Threaded (a server, the app: several threads read answers), one engine thread makes every
-model call, in rounds. In a round each running answer goes on to its next target pass
-(drafting it included, its draft model's decodes batched with the other answers'), or
-reads one batch of its prompt; then the passes of all of them are one ``llama_decode``
-over their sequences: a pass over 4 tokens costs this CPU about
-1.6 single ones (docs/sessions.md), so four answers at once get further than four in
-turn. Each answer's events go to a queue of its own, which the thread reading the answer
-drains. Other calls (measuring costs, an embedding) run between rounds, in the order asked.
+In a round each running answer goes on to its next target pass (drafting it included,
+its draft model's decodes batched with the other answers'), or reads one batch of its
+prompt; then the passes of all of them are one ``llama_decode`` over their sequences, so
+that several answers at once get further than the same answers in turn (a pass over a
+few tokens costs a CPU much less than as many single ones: docs/sessions.md). Each
+answer's events go where its reader asked (``runner.Runner.deliver``). Other calls
+(measuring costs, an embedding) run between rounds, in the order asked.
 
-An answer that joins goes first in the next round, and the batch of a prompt being read
-when it joins stops (``arrival``, which each prompt batch is decoded with) and is read
+An answer admitted goes first in the next round, and the batch of a prompt being read
+when it arrives stops (``arrival``, which each prompt batch is decoded with) and is read
 again after it: a short question's first token waits for its own prompt, not another's
-batch (about 1.5 s here).
+batch.
 
 The engine is shared by time, not by turns: each answer is charged the seconds of its own
 turns and its share of shared decodes, and an answer reading a long prompt takes its next
 batch only once the other answers have had about as long (``Turns._due``). A batch of a
 long prompt costs as much as a dozen steps or more; one batch per round would give a short
-answer one token per batch while a long prompt is read (1.5–3.5 s a token here).
+answer one token per batch while a long prompt is read.
 
-Why one thread: llama.cpp's CPU backend (OpenMP) keeps a team of compute threads per
-calling thread, and decodes called from several threads in turn run 20–30 % slower on a
-2-core machine than the same decodes from one (docs/sessions.md).
-
-Unthreaded (the CLI, the benchmarks: one answer at a time), the caller's thread runs its
-answer, each pass alone.
+Where the loop runs: threaded (a server, the app: several threads read answers), on one
+engine thread, because llama.cpp's CPU backend (OpenMP) keeps a team of compute threads
+per calling thread and decodes called from several threads in turn run slower than the
+same decodes from one (docs/sessions.md). Unthreaded (the CLI, the benchmarks: one slot,
+one answer at a time), in the reader's own thread: the same rounds, of one answer each.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
+from edgespec.decoding.runner import END as _END
+from edgespec.decoding.runner import PAUSE, DraftPass, Pass, Passed, Pause, Runner, read
+from edgespec.decoding.slots import Slots
+
+__all__ = ["AHEAD_S", "PAUSE", "DecodePasses", "DraftPass", "Pass", "Passed", "Pause", "Runner", "Turns"]
+
 T = TypeVar("T")
-# A prompt whose batches take longer than this is a long one (128 tokens: 1.5–3.5 s on a
-# 2-core CPU), and each batch waits for the other answers' steps: how far ahead of the least
+# A prompt whose batches take longer than this is a long one (a batch of 128 tokens takes
+# seconds on a 2-core CPU), and each batch waits for the other answers' steps: how far ahead of the least
 # served answer a batch may put its answer. Shorter batches (a draft model's, a short
 # prompt's, any on a GPU) go on in every round, with the others' steps.
 AHEAD_S = 0.5
@@ -51,85 +54,25 @@ AHEAD_S = 0.5
 DecodePasses = Callable[[list[tuple[int, list[int]]]], list[np.ndarray]]
 
 
-class Pause:
-    """Between two batches of a long prompt: the answer's turn ends, no event is sent."""
-
-
-PAUSE = Pause()
-
-
-@dataclass(frozen=True)
-class Pass:
-    """A target pass an answer asks for: ``tokens`` appended to its sequence, a logits
-    row for each."""
-
-    tokens: list[int]
-
-
-@dataclass(frozen=True)
-class DraftPass:
-    """A draft-model decode an answer asks for as it drafts: ``tokens`` appended to its
-    sequence of the draft model, a logits row for the last one."""
-
-    tokens: list[int]
-
-
-@dataclass(frozen=True)
-class Passed:
-    """What a pass gave: its logits rows and its share of the decode's seconds (by what
-    it would cost alone); ``others`` and ``others_tokens``: the other answers' passes in
-    the same decode, and their tokens (what the answer's next pass is likely to share)."""
-
-    logits: np.ndarray
-    seconds: float
-    others: int = 0
-    others_tokens: int = 0
-
-    @property
-    def shared(self) -> bool:
-        return self.others > 0
-
-
-class Runner(Protocol):
-    """One answer as the engine thread drives it."""
-
-    sequence: int
-    finished: bool
-
-    @property
-    def stopping(self) -> bool:
-        """Stopped by its reader, and not yet ended: it is advanced at once, to end."""
-        ...
-
-    @property
-    def told(self) -> bool:
-        """Its last turn handed events (a token) to its reader."""
-        ...
-
-    def advance(self, result: Passed | BaseException | None) -> Pass | DraftPass | None:
-        """Go on (with the last pass's result, or its error) to the next pass asked for;
-        None when the turn ended without one (a batch of the prompt, or the end)."""
-        ...
-
-    def fail(self, error: BaseException) -> None:
-        """End the answer with ``error`` (the engine closed under it)."""
-        ...
-
-
 class Turns:
-    """The pair's engine thread (threaded), or the caller's own (not)."""
+    """The pair's one loop: it admits answers from the slot table's queue and runs them in
+    rounds, on the engine thread (threaded) or in the one reader's own (not)."""
 
     def __init__(
         self,
+        slots: Slots,
         threaded: bool = False,
         decode_passes: DecodePasses | None = None,
         clock: Callable[[], float] = time.perf_counter,
         decode_drafts: DecodePasses | None = None,
     ):
+        self.slots = slots
         self._decode_passes = decode_passes
         self._decode_drafts = decode_drafts
         self._clock = clock
-        self._cond = threading.Condition()
+        # One condition for the table and the loop: an answer queued, a slot given back,
+        # a waiting answer's stop and a call asked all wake the loop.
+        self._cond = slots.cond
         self._calls: deque[tuple[Callable[[], object], Future]] = deque()
         self._runners: list[Runner] = []
         self._results: dict[int, Passed | BaseException] = {}  # by id(runner), for its next advance
@@ -160,12 +103,6 @@ class Turns:
     def threaded(self) -> bool:
         return self._thread is not None
 
-    @property
-    def running(self) -> int:
-        """Answers the engine thread drives now."""
-        with self._cond:
-            return len(self._runners)
-
     def run(self, call: Callable[..., T], *args: object) -> T:
         """``call(*args)`` on the engine thread, between rounds, in the order asked; its
         exception is raised here. Unthreaded: at once, here."""
@@ -188,17 +125,51 @@ class Turns:
         pays for elsewhere is dearer here than it would be alone)."""
         return self._round_view
 
-    def join(self, runner: Runner) -> None:
-        """Drive ``runner`` from the next round on, until it is finished (threaded only)."""
-        assert self._thread is not None, "an unthreaded answer runs in its caller's thread"
+    def drive(self, runner: Runner, every_s: float = 0.0, limit: int | None = None) -> Iterator[object]:
+        """Queue ``runner`` for a slot and run it to its end; its events as they come (see
+        ``runner.read`` for ``every_s``). ``limit``: as ``submit``'s."""
+        self.submit(runner, limit)
+        if self._thread is not None:
+            yield from read(runner, every_s)
+        else:
+            yield from self._inline(runner)
+
+    def submit(self, runner: Runner, limit: int | None = None) -> int:
+        """Queue ``runner``: the loop admits it into a slot and drives it to its end, its
+        events handed to ``runner.deliver``. How many answers were ahead of it; with
+        ``limit`` (the waiting answers a front end allows), ``QueueFull`` past it."""
         with self._cond:
             if self._closed:
                 raise RuntimeError("the engine is closed")
-            # First in the next round: a new answer's prompt is read, and its first token
-            # sent, before the other answers' batches and steps of that round.
-            self._runners.insert(0, runner)
-            self.arrival.set()
+            ahead = self.slots.enqueue(runner, limit)
+            if self.slots.ready():
+                # Its round is next: a prompt batch being read stops for it.
+                self.arrival.set()
             self._cond.notify_all()
+        return ahead
+
+    def _inline(self, runner: Runner) -> Iterator[object]:
+        """Unthreaded: this thread waits for a slot (the others' readers admit it as they
+        give theirs back), then runs the answer's rounds itself."""
+        with self._cond:
+            while self.slots.waits(runner):
+                if self.slots.ready():
+                    self.slots.admit()
+                else:
+                    self._cond.wait()
+        try:
+            while not runner.finished:
+                self._round([runner])
+                for item in runner.take(wait=False):
+                    if isinstance(item, BaseException):
+                        raise item
+                    if item is not _END:
+                        yield item
+        finally:
+            if not runner.finished:  # the reader left: the answer ends, its slot goes back
+                runner.cancel.set()
+                while not runner.finished:
+                    self._round([runner])
 
     def close(self) -> None:
         with self._cond:
@@ -210,12 +181,16 @@ class Turns:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._calls or self._runners):
+                while not (self._closed or self._calls or self._runners or self.slots.ready()):
                     self._cond.wait()
                 if self._closed:
                     self._end()
                     return
                 calls, self._calls = self._calls, deque()
+                # First in the next round, the newest first: a new answer's prompt is read,
+                # and its first token sent, before the other answers' batches and steps.
+                for runner in self.slots.admit():
+                    self._runners.insert(0, runner)  # type: ignore[arg-type]  # (the table's are runners)
                 runners = list(self._runners)
                 self.arrival.clear()
             for call, future in calls:
@@ -250,8 +225,8 @@ class Turns:
 
     def _round(self, runners: list[Runner]) -> None:
         """Each answer goes on to its target pass, its draft model's decodes on the way
-        batched with the other answers' (a draft step of 3 sequences costs this CPU
-        about 2.4 single ones); then the target passes, in one decode."""
+        batched with the other answers' (a draft step of several sequences costs a CPU
+        less than as many single ones); then the target passes, in one decode."""
         asked: list[tuple[Runner, Pass]] = []
         drafting = runners
         while drafting:
@@ -265,9 +240,7 @@ class Turns:
                 wanted = self._advance(runner)
                 self._round_view = None
                 if runner.finished:
-                    with self._cond:
-                        self._runners.remove(runner)
-                    self._forget(runner)
+                    self._retire(runner)
                 elif isinstance(wanted, DraftPass):
                     drafts.append((runner, wanted))
                 elif wanted is not None:
@@ -279,6 +252,16 @@ class Turns:
         if asked:
             assert self._decode_passes is not None, "a threaded engine decodes its answers' passes"
             self._decode(asked, self._decode_passes, self.weigh or float)
+
+    def _retire(self, runner: Runner) -> None:
+        """An answer that ended leaves the rounds and gives its slot back; then its last
+        events go to its reader."""
+        with self._cond:
+            if runner in self._runners:
+                self._runners.remove(runner)
+            self.slots.give_back(runner)
+        self._forget(runner)
+        runner.hand_over()
 
     def _forget(self, runner: Runner) -> None:
         self._last_pass.pop(id(runner), None)
@@ -338,8 +321,10 @@ class Turns:
         for _, future in self._calls:
             if future.set_running_or_notify_cancel():
                 future.set_exception(closed)
-        for runner in self._runners:
-            runner.fail(closed)
+        for runner in [*self._runners, *self.slots.admit(), *self.slots.drop_waiting()]:
+            runner.fail(closed)  # type: ignore[union-attr]  # (the table's are runners)
+            self.slots.give_back(runner)
+            runner.hand_over()  # type: ignore[union-attr]
         self._calls.clear()
         self._runners.clear()
         self._spent.clear()
@@ -354,99 +339,3 @@ def _settle(future: Future, call: Callable[[], object]) -> None:
         future.set_result(call())
     except BaseException as error:  # the caller gets it, whatever it is
         future.set_exception(error)
-
-
-_END = object()
-Steps = Generator[object, Passed | None, None]  # events, pauses and passes
-
-
-class Driven:
-    """An answer's steps as the engine thread drives them: what they yield, other than
-    passes and pauses, goes to ``events`` for the thread that reads the answer."""
-
-    def __init__(self, steps: Steps, sequence: int, stopped: Callable[[], bool]):
-        self.steps = steps
-        self.sequence = sequence
-        self._stopped = stopped
-        self.finished = False
-        self.told = False
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
-        self.ended = threading.Event()  # set with the last events: a paced reader wakes for them
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopped()
-
-    def advance(self, result: Passed | BaseException | None) -> Pass | DraftPass | None:
-        # A turn's events are handed over together: each hand-over wakes the reading
-        # thread, which then runs beside the next decode and slows it.
-        events: list[object] = []
-        try:
-            # (a failed pass is raised in the answer)
-            item = self.steps.throw(result) if isinstance(result, BaseException) else self.steps.send(result)
-            while not isinstance(item, Pass | DraftPass | Pause):
-                events.append(item)
-                item = next(self.steps)
-        except StopIteration:
-            self._end(events)
-            return None
-        except Exception as error:  # the reading thread raises it
-            self._end([*events, error])
-            return None
-        self.told = bool(events)
-        if events:
-            self.events.put(events)
-        return None if isinstance(item, Pause) else item
-
-    def fail(self, error: BaseException) -> None:
-        self._end([error])
-
-    def _end(self, events: list[object]) -> None:
-        self.finished = True
-        self.events.put([*events, _END])
-        self.ended.set()
-
-    def take(self) -> list[object]:
-        """Every event handed over and not yet taken, waiting for the next if none is."""
-        items = list(self.events.get())
-        while not self.events.empty():
-            items.extend(self.events.get())
-        return items
-
-
-def driven(
-    turns: Turns,
-    steps: Steps,
-    sequence: int,
-    stop: Callable[[], None],
-    stopped: Callable[[], bool],
-    every_s: float = 0.0,
-) -> Iterator[object]:
-    """The events of an answer's ``steps`` that the engine thread runs (in ``sequence``, which
-    its steps' decodes name), as they come, or with ``every_s`` at most
-    that often after the first (the last at once); ``stop`` ends the answer, ``stopped``
-    says whether it was."""
-    runner = Driven(steps, sequence, stopped)
-    turns.join(runner)
-    ended = False
-    try:
-        while not ended:
-            for item in runner.take():
-                if item is _END:
-                    ended = True
-                elif isinstance(item, BaseException):
-                    ended = True
-                    raise item
-                else:
-                    yield item
-            if every_s > 0 and not ended:
-                # Each hand-over wakes this thread beside a decode; a reader that shows the
-                # answer a few times a second needs no more wakes than that.
-                runner.ended.wait(every_s)
-    finally:
-        if not ended:
-            # Its sequence is leased until it ends: a reader that leaves stops it and
-            # waits the step or two that takes.
-            stop()
-            while _END not in runner.events.get():
-                pass

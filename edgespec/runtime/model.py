@@ -28,7 +28,7 @@ import numpy as np
 from edgespec import crashguard
 from edgespec.errors import EdgespecError
 from edgespec.models.gguf import kv_bytes_per_token, read_info
-from edgespec.runtime import system
+from edgespec.runtime import rpc, system
 from edgespec.runtime.context_size import default_context
 from edgespec.runtime.sequence import DecodeAborted, DecodeYielded, PromptExchange, Sequence, Snapshot
 
@@ -104,6 +104,8 @@ class LoadOptions:
     rollback: "truncate", "snapshot" or "auto" (truncate where the model allows it).
     n_seq: sequences the context holds, each of n_ctx tokens (one per answer decoding at
         once: the server's slots).
+    rpc: workers (HOST:PORT) whose devices take part of the layers (``runtime.rpc``);
+        tensor_split: the proportions, this machine's first (empty: by free memory).
     """
 
     n_gpu_layers: int = -1
@@ -113,6 +115,8 @@ class LoadOptions:
     max_outputs: int = 33
     rollback: str = "auto"
     n_seq: int = 1
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
 
 
 class Model:
@@ -166,7 +170,12 @@ class Model:
             mparams.n_gpu_layers = -1 if system.gpu_offload_available() else 0
         else:
             mparams.n_gpu_layers = opts.n_gpu_layers
-        if mparams.n_gpu_layers == 0:
+        self.placement: rpc.Placement | None = None  # the layers over this machine and workers
+        if opts.rpc:
+            here_gpu = mparams.n_gpu_layers != 0 and system.gpu_offload_available()
+            self.placement = rpc.place(self.gguf, opts.rpc, opts.tensor_split, use_gpu=here_gpu)
+            self.placement.apply(mparams)
+        if mparams.n_gpu_layers == 0 or (self.placement is not None and not here_gpu):
             # On the CPU llama.cpp repacks weights into its own layout; with mmap the
             # file's pages would stay resident beside the copy, nearly doubling memory.
             mparams.load_mode = LOAD_MODE_READ
@@ -214,6 +223,8 @@ class Model:
         self._batch_capacity = llama_cpp.llama_n_batch(self._ctx)
         self.prefill_chunk = self._batch_capacity  # what one llama_decode call reads at most
         self._batch = llama_cpp.llama_batch_init(self._batch_capacity, 0, 1)
+        if self.placement is not None:
+            self.placement.bound_stalls()
 
     def close(self) -> None:
         free_context(self._batch, self._ctx)

@@ -22,6 +22,7 @@ import llama_cpp
 
 from edgespec.bootstrap import VENV_BUILD_INFO as BUILD_RECORD  # written into the venv by `make setup`
 from edgespec.host import cpu_flags, cpuinfo_text
+from edgespec.runtime import devices
 
 __all__ = ["cpu_flags", "cpuinfo_text"]
 
@@ -169,7 +170,8 @@ def backends(info: dict[str, dict[str, str]] | None = None, lib_dir: Path | None
 
 
 def gpu_offload() -> bool:
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    # Not llama_supports_gpu_offload: that is true in any build with the RPC backend.
+    return devices.has_gpu()
 
 
 def parse_buffer_line(line: str) -> tuple[str, float] | None:
@@ -197,7 +199,7 @@ def facts() -> dict[str, object]:
 
 
 def gpu_offload_available() -> bool:
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    return devices.has_gpu()
 
 
 def default_threads() -> int:

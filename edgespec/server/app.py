@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec.api import EdgeSpec
-from edgespec.server import anthropic, pipeline, wires
+from edgespec.server import anthropic, pipeline, unavailable, wires
 from edgespec.server.errors import ApiError, error_body
 from edgespec.server.extras import add_extra_routes
 from edgespec.server.metrics import Metrics, track_requests
@@ -46,6 +46,9 @@ class ServerState:
     lm: EdgeSpec | None = None
     queue: EngineQueue | None = None
     load_error: str | None = None
+    # Why the loaded target cannot answer now (a worker it is split over was lost), until
+    # the process restarts: every model endpoint refuses with 503, ``/health`` says why.
+    unavailable: str | None = None
     started: float = field(default_factory=time.time)
     ignored_seen: set[str] = field(default_factory=set)  # unknown request fields logged once
     metrics: Metrics = field(default_factory=Metrics)
@@ -62,6 +65,19 @@ class ServerState:
         answers."""
         self.lm = lm
         self.queue = EngineQueue(lm, self.max_queue)
+
+    def lose(self, reason: str) -> int:
+        """The target cannot answer any more (``reason``): from now on every model endpoint
+        refuses, and every answer running or waiting ends at once with the refusal; how
+        many there were."""
+        self.unavailable = reason
+        lm = self.lm
+        if lm is None:  # lost while loading
+            return 0
+        error = unavailable.refusal(reason)
+        ended = unavailable.end_answers(lm, error)
+        unavailable.sweep(lm, error)
+        return ended
 
 
 def create_app(
@@ -100,6 +116,12 @@ def create_app(
 
     @app.get("/health")
     async def health() -> JSONResponse:
+        if state.unavailable:
+            return JSONResponse(
+                {"status": "unavailable", "message": f"the target is unavailable: {state.unavailable}"},
+                status_code=503,
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
         if state.load_error:
             return JSONResponse({"status": "error", "message": state.load_error}, status_code=503)
         if not state.ready:
@@ -157,6 +179,8 @@ def _model_entry(name: str, role: str, created: float) -> dict:
 
 
 def _engine(state: ServerState) -> EngineQueue:
+    if state.unavailable:
+        raise unavailable.refusal(state.unavailable)
     if state.queue is None:
         raise ApiError(
             503,
@@ -204,13 +228,13 @@ async def _answered(state: ServerState, request: Request, wire: Wire) -> Respons
     exchange = Exchange(body, chat, job, state.responses)
     # Made before the job is queued: a failure here leaves no job behind unread.
     translator = wire.streamer(exchange) if job.stream else None
-    ticket = pipeline.submit(engine, job)
+    submitted = pipeline.submit(engine, job)
     headers = _ignored(state, ignored + job.ignored)
     if translator is not None:
-        items = pipeline.stream(engine, ticket, state.metrics.answer)
+        items = pipeline.stream(engine, submitted, state.metrics.answer)
         events = pipeline.keepalive(_events(items, translator), wire.keepalive)
         return StreamingResponse(events, media_type="text/event-stream", headers={**headers, **SSE_HEADERS})
-    answer = await pipeline.whole(engine, ticket, request, state.metrics.answer)
+    answer = await pipeline.whole(engine, submitted, request, state.metrics.answer)
     return JSONResponse(wire.whole(answer, exchange), headers=headers)
 
 

@@ -294,6 +294,10 @@ def model_facts(model: Model) -> dict[str, Any]:
         "n_ctx": model.n_ctx,
         "n_ctx_train": model.n_ctx_train,
         "n_vocab": model.n_vocab,
+        # Where the weights are: llama.cpp's buffers (MiB by buffer type; a worker's are
+        # RPCn[HOST:PORT]) and, for a target split over machines, its layers by device.
+        "buffers_mib": dict(model.buffers),
+        "placement": model.placement.facts() if model.placement is not None else None,
     }
 
 

@@ -21,10 +21,11 @@ from typing import Any
 from fastapi import Request
 
 from edgespec.decoding.events import Done, Step, Token
+from edgespec.decoding.runner import END
 from edgespec.errors import EdgespecError
 from edgespec.server import chunks
 from edgespec.server.errors import ApiError
-from edgespec.server.queue import EngineQueue, QueueFull, Ticket
+from edgespec.server.queue import EngineQueue, QueueFull, Submitted
 from edgespec.server.schemas import Job
 
 log = logging.getLogger("edgespec.server")
@@ -84,7 +85,7 @@ def _mended(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def submit(engine: EngineQueue, job: Job) -> Ticket:
+def submit(engine: EngineQueue, job: Job) -> Submitted:
     try:
         return engine.submit(job)
     except QueueFull:
@@ -97,14 +98,14 @@ def submit(engine: EngineQueue, job: Job) -> Ticket:
         ) from None
 
 
-async def _events(ticket: Ticket) -> AsyncIterator[Token | Step | Done]:
+async def _events(submitted: Submitted) -> AsyncIterator[Token | Step | Done]:
     while True:
-        item = await ticket.events.get()
-        if item is None:
-            return
-        if isinstance(item, Exception):
-            raise item
-        yield item
+        for item in await submitted.events.get():
+            if item is END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
 
 def failure(exc: Exception) -> ApiError:
@@ -116,20 +117,22 @@ def failure(exc: Exception) -> ApiError:
     return ApiError(500, f"generation failed: {type(exc).__name__}", type="server_error")
 
 
-async def whole(engine: EngineQueue, ticket: Ticket, request: Request, on_done: OnDone | None = None) -> dict:
+async def whole(
+    engine: EngineQueue, submitted: Submitted, request: Request, on_done: OnDone | None = None
+) -> dict:
     """A non-streaming answer's chat-completion body; a client that hangs up meanwhile
     cancels its job."""
 
     async def watch() -> None:
         while not await request.is_disconnected():
             await asyncio.sleep(DISCONNECT_POLL_S)
-        engine.cancel(ticket)
+        engine.cancel(submitted)
 
     watcher = asyncio.create_task(watch())
-    answer = chunks.Answer(ticket.job, engine.lm.target.piece)
+    answer = chunks.Answer(submitted.job, engine.lm.target.piece)
     done: Done | None = None
     try:
-        async for event in _events(ticket):
+        async for event in _events(submitted):
             if isinstance(event, Done):
                 done = event
             else:
@@ -139,7 +142,7 @@ async def whole(engine: EngineQueue, ticket: Ticket, request: Request, on_done: 
     finally:
         watcher.cancel()
         if done is None:
-            engine.cancel(ticket)
+            engine.cancel(submitted)
     if done is None:
         raise ApiError(500, "the generation ended without an answer", type="server_error")
     body = answer.whole(done)
@@ -148,17 +151,19 @@ async def whole(engine: EngineQueue, ticket: Ticket, request: Request, on_done: 
     return body
 
 
-async def stream(engine: EngineQueue, ticket: Ticket, on_done: OnDone | None = None) -> AsyncIterator[dict]:
+async def stream(
+    engine: EngineQueue, submitted: Submitted, on_done: OnDone | None = None
+) -> AsyncIterator[dict]:
     """The answer as chat-completion chunks (an error, once headers are gone, as an
     ``{"error": …}`` item, the last). Starlette cancels the consumer when the client hangs
     up, and the ``finally`` hands that on to the engine."""
-    job = ticket.job
+    job = submitted.job
     answer = chunks.Answer(job, engine.lm.target.piece)
     finished = False
     try:
         for piece in answer.opening():
             yield piece
-        async for event in _events(ticket):
+        async for event in _events(submitted):
             found = answer.finish(event) if isinstance(event, Done) else answer.add(event)
             if isinstance(event, Done) and on_done is not None:
                 on_done(event, found[-1]["speculation"])
@@ -170,7 +175,7 @@ async def stream(engine: EngineQueue, ticket: Ticket, on_done: OnDone | None = N
         yield failure(exc).body()
     finally:
         if not finished:
-            engine.cancel(ticket)
+            engine.cancel(submitted)
 
 
 async def keepalive(

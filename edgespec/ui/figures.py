@@ -3,9 +3,9 @@ fragment. Colours come from the drafter registry, so a new drafter is drawn with
 change here.
 
 It is plain markup, as the gauge is (``ui/gauge.py``): a Plotly figure would make the page
-load and start Plotly at the end of the first answer, 2.5 s of the browser's main thread
-on a 2-core CPU, and draw it again for about 0.1 s at the end of every answer after it
-(docs/app-cost.md). Each mark's ``<title>`` is its hover text: what the step did, and why."""
+load and start Plotly at the end of the first answer, seconds of the browser's main thread
+on a 2-core CPU, and draw it again at the end of every answer after it (docs/app-cost.md).
+Each mark's ``<title>`` is its hover text: what the step did, and why."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from edgespec.ui.figures import steps_chart_html
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.live import WAITING_HTML, Feed, LiveFeeds, answer_slot, feed_tag, live_slot
 from edgespec.ui.pair import PairHolder
-from edgespec.ui.session import EngineGate, Session
+from edgespec.ui.session import Session
 from edgespec.ui.text import (
     error_markdown,
     final_stats_markdown,
@@ -100,7 +100,6 @@ class ChatHandlers:
     def __init__(self, pair: PairHolder, store: ChatStore, feeds: LiveFeeds | None = None):
         self.pair = pair
         self.store = store
-        self.gate = EngineGate()
         self.feeds = feeds if feeds is not None else LiveFeeds()
 
     @property
@@ -145,7 +144,9 @@ class ChatHandlers:
             chat = session.chat.messages if session.chat is not None else []
             message = inputs.message if intent is None else gr.skip()
             return self._failure(str(exc), message if asked else gr.skip(), chat, session.colour).values()
-        waiting = self.gate.others(owner_of(request)) >= pending.lm.engine.slots.count
+        owner = owner_of(request)
+        others = sum(answer.owner != owner for answer in pending.lm.answers())
+        waiting = others >= pending.lm.engine.slots.count
         pending.feed = Feed(pending.run, session.colour, waiting=waiting)
         session.pending = pending
         view = self._opening(pending, session, streaming=True)
@@ -280,8 +281,8 @@ class ChatHandlers:
         """Run the answer, folding its events into ``pending.run`` (taken from the engine
         at most every ``every_s``); yields after each event whether it completed a step."""
         try:
-            stream = pending.lm.events(pending.answer, every_s)
-            with self.gate.hold(owner, pending.answer), closing(stream) as events:
+            pending.answer.owner = owner  # this tab's Stop ends it, and no other tab's
+            with closing(pending.lm.events(pending.answer, every_s)) as events:
                 for event in events:
                     step_complete = pending.run.add(event)
                     if session.epoch == pending.epoch and not isinstance(event, Done):
@@ -449,14 +450,14 @@ class ChatHandlers:
         # answer's prompt, and reusing all of it would spare the baseline the prefill the
         # answer paid, flattering the baseline.
         answer.reuse_limit = session.last_run.done.stats.reused_tokens
-        with self.gate.hold(owner, answer):
-            done = None
-            # Read as the answer was, so that both rates are measured the same way.
-            with closing(lm.events(answer, self.feeds.pace.fold_s)) as events:
-                for event in events:
-                    if isinstance(event, Done):
-                        done = event
-            return done
+        answer.owner = owner
+        done = None
+        # Read as the answer was, so that both rates are measured the same way.
+        with closing(lm.events(answer, self.feeds.pace.fold_s)) as events:
+            for event in events:
+                if isinstance(event, Done):
+                    done = event
+        return done
 
     @staticmethod
     def _answer_rate(session: Session) -> float | None:
@@ -470,7 +471,8 @@ class ChatHandlers:
 
     def stop_tab(self, session: Session, request: gr.Request | None) -> None:
         """End this tab's answer, running or still waiting for the engine."""
-        self.gate.stop(owner_of(request))
+        if self.lm is not None:
+            self.lm.stop_answers(owner_of(request))
         if session.pending is not None:
             session.pending.answer.stop()
 
@@ -493,7 +495,8 @@ class ChatHandlers:
 
     def unload(self, request: gr.Request) -> None:
         """A closed tab must not keep the engine busy for everybody else."""
-        self.gate.stop(owner_of(request))
+        if self.lm is not None:
+            self.lm.stop_answers(owner_of(request))
 
 
 def _text_of(value: Any) -> str:

@@ -64,7 +64,7 @@ def build_app(
     store = store if store is not None else ChatStore.open(Path(tempfile.mkdtemp(prefix="edgespec-chats-")))
     pair = PairHolder(lm, load_error, loader)
     handlers = ChatHandlers(pair, store, feeds if feeds is not None else LiveFeeds(pace=pace_for(lm)))
-    library, picker = Library(handlers, store), Picker(pair, handlers.gate)
+    library, picker = Library(handlers, store), Picker(pair)
     with gr.Blocks(title="edgespec chat", analytics_enabled=False) as demo:
         session = gr.State(Session())
         with gr.Sidebar(label="Chats", open=True, elem_id="sidebar", width=300):
@@ -94,7 +94,7 @@ def build_app(
 def calm_queue(demo: gr.Blocks) -> gr.Blocks:
     """Gradio's queue looks for new events every millisecond and for progress every ten
     when it has nothing to do: a thousand wake-ups a second, each one taken from the
-    decoding's cores (5–7 % of a core here, measured). Every 50 ms and 100 ms, as Gradio
+    decoding's cores (docs/app-cost.md). Every 50 ms and 100 ms, as Gradio
     itself does on Windows, is still far quicker than a person notices."""
     demo._queue.sleep_when_free = 0.05
     demo._queue.progress_update_sleep_when_free = 0.1

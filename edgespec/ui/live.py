@@ -5,7 +5,7 @@ appended to its slots and the small panels are replaced, instead of Gradio event
 Why: on a machine whose cores llama.cpp keeps busy, every other runnable thread stalls the
 decoding. A streamed Gradio update costs tens of milliseconds of CPU between the server
 and the page whatever it holds, and Gradio's progress timer redraws the page 60 times a
-second; together they took 20–40 % of the app's decode rate (docs/app-cost.md). A feed
+second; together they took a large share of the app's decode rate (docs/app-cost.md). A feed
 message is a few hundred bytes of JSON and a redraw of the lines that changed, and the
 answer runs in an event with no outputs.
 """
@@ -53,9 +53,9 @@ class Pace:
 # New text five times a second (smooth to read, and appended, so cheap to draw), the small
 # panels twice: where the machine has a core the decoding leaves free, or a GPU decodes.
 SMOOTH = Pace(0.2, 0.5)
-# Where llama.cpp's threads take every core, each message costs the decoding 1–2 % of its
-# rate: a software-rendered browser spends about 25 ms of CPU on it (its main thread,
-# compositor and raster threads), and each of those threads, like the server's event loop
+# Where llama.cpp's threads take every core, each message costs the decoding a measurable
+# share of its rate (docs/app-cost.md): a software-rendered browser spends CPU on it (its
+# main thread, compositor and raster threads), and each of those threads, like the server's event loop
 # and the answer's own thread waking for its events, stalls a compute thread at its next
 # barrier. New text once a second, the panels every 2 s.
 SPARING = Pace(1.0, 2.0)
@@ -104,13 +104,13 @@ connect();
 
 
 # Gradio 6's status tracker keeps a timer loop of one callback per animation frame running
-# even on an idle page (60 frames a second: about 10 % of a core in a software-rendered
-# browser, all of it taken from the decoding), and each of its frames restyles and lays out
-# the whole page (5-8 ms of the browser's main thread, more in its compositor); a frame it
+# even on an idle page (every animation frame, in a software-rendered browser taken from
+# the decoding), and each of its frames restyles and lays out the whole page (the
+# browser's main thread, and its compositor); a frame it
 # asks for also starts Svelte's shared animation loop, which then asks for the next frame
 # itself. The app hides every progress display, so neither is ever seen: a frame asked for
 # by the tracker, or from inside a frame it asked for, is let through once a minute
-# (twice a second cost `none` 6 % of its rate in the app, docs/app-cost.md); every other
+# (twice a second already cost `none` a visible share of its rate, docs/app-cost.md); every other
 # caller keeps every frame.
 # It must run before Gradio's modules take their reference to requestAnimationFrame, so
 # it goes first in the page's <head> (``HeadScript``), not in Gradio's own ``head``.

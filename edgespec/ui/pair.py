@@ -19,7 +19,6 @@ from edgespec.errors import EdgespecError
 
 if TYPE_CHECKING:
     from edgespec.api import EdgeSpec
-    from edgespec.ui.session import EngineGate
 
 # How long a switch waits for the stopped answers to let go of the engine.
 RELEASE_TIMEOUT_S = 60.0
@@ -56,7 +55,7 @@ class PairHolder:
             raise EdgespecError(f"the model could not be loaded: {self.load_error}")
         return self.lm
 
-    def switch(self, choice: PairChoice, gate: EngineGate | None, say: Callable[[str], None]) -> EdgeSpec:
+    def switch(self, choice: PairChoice, say: Callable[[str], None]) -> EdgeSpec:
         """Replace the pair with ``choice``; ``say`` is told each stage in words."""
         if self.loader is None:
             raise EdgespecError("this app's models are fixed (edgespec serve): restart it with --target")
@@ -64,19 +63,19 @@ class PairHolder:
             raise EdgespecError("another model is being loaded: wait for it")
         try:
             self.switching = choice.target
-            self._let_go(gate, say)
+            self._let_go(say)
             return self._load(choice, say)
         finally:
             self.switching = None
             self._lock.release()
 
-    def _let_go(self, gate: EngineGate | None, say: Callable[[str], None]) -> None:
-        stopped = gate.stop_all() if gate is not None else 0
-        if stopped:
-            say(f"Stopped {stopped} answer{'s' if stopped > 1 else ''} in progress to switch models.")
+    def _let_go(self, say: Callable[[str], None]) -> None:
         old = self.lm
         if old is None:
             return
+        stopped = old.stop_answers()
+        if stopped:
+            say(f"Stopped {stopped} answer{'s' if stopped > 1 else ''} in progress to switch models.")
         if not old.lock.acquire(timeout=RELEASE_TIMEOUT_S):
             raise EdgespecError("an answer still holds the engine: stop it and pick the model again")
         old.lock.release()

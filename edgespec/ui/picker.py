@@ -15,7 +15,6 @@ import gradio as gr
 from edgespec.errors import EdgespecError
 from edgespec.models.choices import ModelChoice, model_choices
 from edgespec.ui.pair import PairChoice, PairHolder
-from edgespec.ui.session import EngineGate
 
 PROGRESS_EVERY_S = 0.5  # how often the page is told how far a download or a switch is
 
@@ -27,9 +26,8 @@ def _size(n: float) -> str:
 class Picker:
     """What the model picker's controls do, for the app's lifetime."""
 
-    def __init__(self, pair: PairHolder, gate: EngineGate):
+    def __init__(self, pair: PairHolder):
         self.pair = pair
-        self.gate = gate
         self._cancel = threading.Event()
         self._choices: dict[str, ModelChoice] = {}
 
@@ -120,7 +118,7 @@ class Picker:
 
         def switch() -> None:
             try:
-                self.pair.switch(PairChoice(choice.target, choice.draft), self.gate, said.append)
+                self.pair.switch(PairChoice(choice.target, choice.draft), said.append)
             except BaseException as exc:
                 failure.append(exc)
 
@@ -146,4 +144,7 @@ def header_markdown(pair: PairHolder) -> str:
     if lm is None:
         return "### edgespec chat"
     draft = f"draft **{lm.draft.name}**" if lm.draft is not None else "no draft model"
-    return f"### edgespec chat · target **{lm.target.name}**, {draft}, context {lm.target.n_ctx} tokens"
+    split = f" ({lm.target.placement.describe()})" if lm.target.placement is not None else ""
+    return (
+        f"### edgespec chat · target **{lm.target.name}**{split}, {draft}, context {lm.target.n_ctx} tokens"
+    )

@@ -1,14 +1,11 @@
-"""Per-browser-session state and the gate around the one shared engine."""
+"""Per-browser-session state."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from edgespec.decoding.generation import Generation, LiveControl
+from edgespec.decoding.generation import LiveControl
 from edgespec.ui.answer import AnswerRun, answer_from_record
 from edgespec.ui.chat_store import StoredChat
 
@@ -80,46 +77,3 @@ class Session:
         self.last_prompt = None
         self.last_settings = None
         self.epoch += 1
-
-
-class EngineGate:
-    """Which tab's answers are running or waiting for the one shared pair, so that Stop
-    in one tab ends that tab's answer (waiting or running) and never another's."""
-
-    def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._answers: dict[str, Generation] = {}
-
-    @contextmanager
-    def hold(self, owner: str, answer: Generation) -> Iterator[None]:
-        """``answer`` is ``owner``'s from now until the block ends."""
-        with self._mutex:
-            self._answers[owner] = answer
-        try:
-            yield
-        finally:
-            with self._mutex:
-                if self._answers.get(owner) is answer:
-                    del self._answers[owner]
-
-    def others(self, owner: str) -> int:
-        """How many other tabs' answers are running or waiting for the pair."""
-        with self._mutex:
-            return sum(other != owner for other in self._answers)
-
-    def stop(self, owner: str) -> bool:
-        """End ``owner``'s answer, if it has one."""
-        with self._mutex:
-            answer = self._answers.get(owner)
-        if answer is None:
-            return False
-        answer.stop()
-        return True
-
-    def stop_all(self) -> int:
-        """End every tab's answer (a model switch); how many there were."""
-        with self._mutex:
-            answers = list(self._answers.values())
-        for answer in answers:
-            answer.stop()
-        return len(answers)

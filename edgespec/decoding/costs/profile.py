@@ -1,9 +1,9 @@
 """The cost profile on disk: how it is read and written, and what it is keyed by.
 
 A profile's figures change with the CPU model and its instruction sets, the thread count,
-the llama.cpp build, the exact model files and where their layers run, so all of these
-key it: a profile is never used where it was not measured. It is written atomically, so
-concurrent writers never leave half a file."""
+the llama.cpp build, the exact model files and where their layers run (other machines'
+workers included), so all of these key it: a profile is never used where it was not
+measured. It is written atomically, so concurrent writers never leave half a file."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from edgespec.models import catalog, store
 from edgespec.models.speed import Speed, from_pass
 from edgespec.runtime.model import Model
+from edgespec.runtime.rpc import layout_key
 from edgespec.runtime.system import build_fingerprint, cpu_flags, cpu_model, isa_of_interest
 
 PROFILE_VERSION = 4  # the layout and method of the profile on disk: another version is measured again
@@ -47,9 +48,11 @@ def describe_model(name: str, path: Path, n_gpu_layers: int, n_threads: int | No
     return f"{name} {file_identity(path)} ngl={n_gpu_layers} threads={n_threads or 'all'}"
 
 
-def profile_facts_for(target: str, draft: str | None) -> dict[str, str]:
-    """What a profile is keyed by, from the models' descriptions (``describe_model``)."""
-    return {
+def profile_facts_for(target: str, draft: str | None, layout: str = "") -> dict[str, str]:
+    """What a profile is keyed by, from the models' descriptions (``describe_model``) and
+    the target's device layout (``rpc.layout_key``: its workers and split; a target split
+    over machines has a cost curve of its own, the network's round trips in every pass)."""
+    facts = {
         "cpu": cpu_model(),
         # A virtual machine's CPU name may give only the vendor and family, alike for hosts
         # with other instruction sets and other cost curves: the instruction sets tell them apart.
@@ -59,13 +62,17 @@ def profile_facts_for(target: str, draft: str | None) -> dict[str, str]:
         "target": target,
         "draft": draft or "none",
     }
+    if layout:  # absent on one machine: the profiles measured before keep their keys
+        facts["layout"] = layout
+    return facts
 
 
 def profile_facts(target: Model, draft: Model | None) -> dict[str, str]:
     def about(m: Model) -> str:
         return describe_model(m.name, m.path, m.options.n_gpu_layers, m.options.n_threads)
 
-    return profile_facts_for(about(target), about(draft) if draft is not None else None)
+    layout = layout_key(target.options.rpc, target.options.tensor_split)
+    return profile_facts_for(about(target), about(draft) if draft is not None else None, layout)
 
 
 def profiles_dir() -> Path:
@@ -130,7 +137,8 @@ def profile_speed(data: dict, here: dict[str, str]) -> tuple[tuple, Speed] | Non
         return None
     found = _target_pass(data)
     facts = data.get("facts") or {}
-    if found is None or any(facts.get(k) != here.get(k) for k in _MACHINE_KEYS):
+    # A target split over machines: its speed is the network's as much as this machine's.
+    if found is None or facts.get("layout") or any(facts.get(k) != here.get(k) for k in _MACHINE_KEYS):
         return None
     name, identity, threads, seconds = found
     source = f"{name}'s cost profile ({seconds * 1e3:.0f} ms a token)"

@@ -75,12 +75,18 @@ def serve(*args: str, api_key: str | None = None) -> Iterator[Server]:
             _wait_healthy(server, log)
             yield server
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            terminate(process, 30)
+
+
+def terminate(process: subprocess.Popen, within: float) -> None:
+    """Stop a server as Ctrl-C's neighbour SIGTERM does; killed if it takes longer than
+    ``within`` seconds."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(within)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_healthy(server: Server, log) -> None:

@@ -28,6 +28,7 @@ from conftest import REPO
 from test_rpc import free_port, start_worker
 
 from edgespec.runtime import rpc
+from tests.server_fixtures import terminate
 
 pytestmark = pytest.mark.skipif(
     not rpc.available(), reason=f"this llama.cpp build has no RPC backend: {rpc.unavailable_reason()}"
@@ -113,12 +114,7 @@ def split_server(target: Path, worker: str, log: Path) -> Iterator[tuple[str, su
         wait_healthy(url, process, log, START_S)
         yield url, process
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process, 60)
 
 
 def wait_healthy(url: str, process: subprocess.Popen, log: Path, within: float) -> None:

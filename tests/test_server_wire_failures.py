@@ -16,7 +16,7 @@ import openai
 import pytest
 import uvicorn
 
-from edgespec.api import EdgeSpec
+from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.server.app import ServerState, create_app
 from tests.server_fixtures import HOST, free_port
 
@@ -36,6 +36,15 @@ OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 # What breaks: the prompt's tokenization (every endpoint's), or the request's building
 # after it (every endpoint that answers).
 BROKEN = ("prompt_tokens", "request")
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[EdgeSpec]:
+    """The default pair as ``serve`` loads it: its loop on an engine thread, which hands
+    each answer's events to the server's event loop."""
+    lm = EdgeSpec(options=RuntimeOptions(n_ctx=2048, engine_thread=True), quiet=True)
+    yield lm
+    lm.close()
 
 
 @pytest.fixture(scope="module")

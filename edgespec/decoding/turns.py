@@ -142,8 +142,9 @@ class Turns:
             if self._closed:
                 raise RuntimeError("the engine is closed")
             ahead = self.slots.enqueue(runner, limit)
-            if self.slots.ready():
-                # Its round is next: a prompt batch being read stops for it.
+            if self._thread is not None and self.slots.ready():
+                # Its round is next: a prompt batch being read stops for it. (Unthreaded,
+                # its reader admits it itself, and no batch is being read meanwhile.)
                 self.arrival.set()
             self._cond.notify_all()
         return ahead

@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec.api import EdgeSpec
+from edgespec.errors import EdgespecError
 from edgespec.server import anthropic, pipeline, unavailable, wires
 from edgespec.server.errors import ApiError, error_body
 from edgespec.server.extras import add_extra_routes
@@ -62,7 +63,10 @@ class ServerState:
     def attach(self, lm: EdgeSpec) -> None:
         """Serve ``lm`` from now on (its cost profile must already be measured). Another
         front end (the mounted chat app) may generate on it too: each stops only its own
-        answers."""
+        answers. The pair's loop runs on its engine thread (``RuntimeOptions.engine_thread``):
+        it hands each answer's events to the server's event loop."""
+        if not lm.engine.turn.threaded:
+            raise EdgespecError("a served pair runs its loop on an engine thread (engine_thread=True)")
         self.lm = lm
         self.queue = EngineQueue(lm, self.max_queue)
 

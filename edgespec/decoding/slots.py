@@ -157,10 +157,6 @@ class Slots:
                 answer.cancel.unwatch(self._wake)
             return dropped
 
-    def seated(self, answer: Seated) -> bool:
-        with self.cond:
-            return id(answer) in self._seated
-
     def waits(self, answer: Seated) -> bool:
         with self.cond:
             return answer in self._waiting

@@ -123,6 +123,11 @@ def corpus_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def configs(args: argparse.Namespace) -> list[str]:
+    """Ours, then the fixed configurations asked for."""
+    return [*OURS, *args.fixed]
+
+
 def split_args(args: argparse.Namespace, address: str) -> list[str]:
     """How the target is split: over the relay, the layers as the options say."""
     out = ["--rpc", address]
@@ -229,24 +234,44 @@ def shared_cores_note(args: argparse.Namespace) -> str:
             f"not take")  # fmt: skip
 
 
-def _row(name: str, summary: dict, category: str, loops: bool) -> list[str]:
+def _worst(cell: dict | None) -> str:
+    """The prompt where ``auto`` did least well against ``none`` (median over repeats)."""
+    worst = None if cell is None else cell.get("decode_worst")
+    return "–" if not worst or worst[1] is None else f"×{worst[1]:.2f} ({worst[0]})"
+
+
+def _best_fixed(summary: dict, category: str, fixed: list[str]) -> str:
+    """The fixed configuration (drafter, γ) that did best, and ``auto`` over it."""
+    cells = {label: _cell(summary, category, label) for label in fixed}
+    ranked = [(c["decode_ratio"], label) for label, c in cells.items() if c and c.get("decode_ratio")]
+    if not ranked:
+        return "not run"
+    best, label = max(ranked)
+    auto = (_cell(summary, category, OURS[1]) or {}).get("decode_ratio")
+    versus = f"; auto ÷ it {auto / best:.2f}" if auto else ""
+    return f"{label} ×{best:.2f}{versus}"
+
+
+def _row(name: str, summary: dict, category: str, loops: bool, fixed: list[str]) -> list[str]:
     none, auto = _cell(summary, category, OURS[0]), _cell(summary, category, OURS[1])
     theirs = [
         f"{_speed(_cell(summary, category, label))} ({_ratio(_cell(summary, category, label))})"
         if loops else "not run"
         for label in LOOPS
     ]  # fmt: skip
-    return [name, _speed(none), _speed(auto), _ratio(auto), *theirs]
+    ours = [_speed(none), _speed(auto), _ratio(auto), _worst(auto), _best_fixed(summary, category, fixed)]
+    return [name, *ours, *theirs]
 
 
 def category_table(category: str, local: dict, split: dict[float, dict], args: argparse.Namespace) -> str:
     """One category: a row per delay, and one with the target local (no worker)."""
-    head = ["target", "none tok/s", "auto tok/s", "auto ÷ none",
+    head = ["target", "none tok/s", "auto tok/s", "auto ÷ none", "auto's worst prompt", "best fixed",
             *(f"{label.removeprefix('llama.cpp ')} tok/s (÷ none)" for label in LOOPS)]  # fmt: skip
     rows = [
-        _row(f"split, {d:g} ms each way", r["summary"], category, not args.no_loops) for d, r in split.items()
+        _row(f"split, {d:g} ms each way", r["summary"], category, not args.no_loops, args.fixed)
+        for d, r in split.items()
     ]
-    rows.append(_row("local", local.get("summary", {}), category, False))
+    rows.append(_row("local", local.get("summary", {}), category, False, args.fixed))
     cells = local.get("summary", {}).get(category, {}).values()
     prompts = max((c.get("prompts", 0) for c in cells), default=0)
     note = f"Decode-phase tokens/s, greedy, ratios to `none` in the same run; {shared_cores_note(args)}."
@@ -321,10 +346,11 @@ def run_delay(args: argparse.Namespace, delay: float, work: Path) -> Delay:
         ours = relays[0].address
         if args.no_loops:
             command = [sys.executable, "-m", "edgespec", "bench", *corpus_args(args), *split_args(args, ours),
-                       "--configs", *OURS]  # fmt: skip
+                       "--configs", *configs(args)]  # fmt: skip
         else:
             command = [sys.executable, "-m", "lab.llamacpp", "bench", *corpus_args(args),
-                       *split_args(args, ours), "--loop-rpc", relays[1].address, "--configs", *OURS, *LOOPS,
+                       *split_args(args, ours), "--loop-rpc", relays[1].address,
+                       "--configs", *configs(args), *LOOPS,
                        *(["--binary", args.binary] if args.binary else [])]  # fmt: skip
         report = run_json(command, work / f"split-{delay:g}ms.json")
         measured = None if args.no_probe else probe(args, relays[0])
@@ -344,8 +370,8 @@ def run(args: argparse.Namespace) -> int:
         binary = Path(args.binary) if args.binary else llamacpp.default_binary()
         if not binary.is_file():
             raise EdgespecError(f"no llama.cpp tool at {binary}; build it with: python -m lab.llamacpp build")
-    local = run_json([sys.executable, "-m", "edgespec", "bench", *corpus_args(args), "--configs", *OURS],
-                     work / "local.json")  # fmt: skip
+    bench = [sys.executable, "-m", "edgespec", "bench", *corpus_args(args), "--configs", *configs(args)]
+    local = run_json(bench, work / "local.json")
     local_probe = None if args.no_probe else probe(args, None)
     found = {delay: run_delay(args, delay, work) for delay in args.delays}
     text = report_text(args, local, local_probe, found, work)
@@ -397,6 +423,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--relay-port", type=int, default=50100, help="the first relay port (two per delay)")
     parser.add_argument("--worker-cache", default=None, help="the workers' --cache-dir")
     parser.add_argument("--binary", default=None, help="the llama-speculative-simple to run")
+    parser.add_argument("--fixed", nargs="*", default=[], metavar="LABEL",
+                        help="fixed configurations beside auto, named as edgespec bench --configs names "
+                        "them ('ngram γ=16' 'model γ=4'): auto ÷ the best of them per category")  # fmt: skip
     parser.add_argument("--no-loops", action="store_true", help="leave llama.cpp's loops out")
     parser.add_argument("--no-probe", action="store_true", help="leave the pass probe out")
     parser.add_argument("--work-dir", default=None, help="where the runs' JSON and logs go")

@@ -137,6 +137,26 @@ def children(pid: int) -> list[int]:
     return found
 
 
+class Embedding(threading.Thread):
+    """``/v1/embeddings`` of many texts (seconds of work over the worker), from a thread:
+    its status once answered (None until then)."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url = url
+        self.status: int | None = None
+        self.text = ""
+
+    def run(self) -> None:
+        texts = [f"Passage {n}: the keeper wrote in the log every evening at dusk." for n in range(96)]
+        try:
+            body = {"input": texts}
+            response = httpx.post(f"{self.url}/v1/embeddings", json=body, timeout=LOST_BOUND_S * 4)
+            self.status, self.text = response.status_code, response.text
+        except httpx.HTTPError as exc:
+            self.text = f"{type(exc).__name__}: {exc}"
+
+
 def chat(url: str, content: str, max_tokens: int, timeout: float) -> httpx.Response:
     body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "drafter": "none"}
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout)
@@ -184,6 +204,9 @@ def check_lost_and_back(
     serving = children(server.pid)  # the crash supervisor's child, which serves
     while not next(chunks).choices[0].delta.content:
         pass  # the answer is decoding over the worker
+    embedding = Embedding(url)  # an embedding request whose batches take turns with the answer
+    embedding.start()
+    time.sleep(1.0)
     worker.kill()
     killed = time.monotonic()
     with pytest.raises(openai.APIError) as failed:
@@ -192,6 +215,10 @@ def check_lost_and_back(
     seen = time.monotonic()
     assert seen - killed < LOST_BOUND_S
     assert endpoint in str(failed.value) and "unavailable" in str(failed.value), failed.value
+    # The embedding request in flight is refused too, within the same bound.
+    embedding.join(max(1.0, LOST_BOUND_S - (time.monotonic() - killed)))
+    assert embedding.status == 503, (embedding.status, embedding.text[:300])
+    assert "unavailable" in embedding.text
     worker.wait()
 
     # The next request: refused at once, with when to come back.

@@ -198,6 +198,47 @@ def test_calls_run_on_the_engine_thread_between_rounds_and_raise_where_asked():
         turns.run(lambda: 1)
 
 
+def test_calls_on_a_loop_stuck_for_good_end_with_the_error_they_are_given():
+    """A worker lost mid-pass parks the engine thread for good: the call running on it and
+    the ones queued behind it end with the error, and a late result goes nowhere."""
+    turns = Turns(table(), threaded=True, decode_passes=Recorder())
+    stuck, release = threading.Event(), threading.Event()
+
+    def park() -> str:
+        stuck.set()
+        release.wait(30)
+        return "late"
+
+    outcomes: list[object] = []
+
+    def ask(call) -> None:
+        try:
+            outcomes.append(turns.run(call))
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    askers = [threading.Thread(target=ask, args=(call,)) for call in (park, lambda: 1, lambda: 2)]
+    try:
+        askers[0].start()
+        assert stuck.wait(10)
+        for asker in askers[1:]:
+            asker.start()
+        deadline = time.monotonic() + 10
+        while len(turns._calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        lost = ConnectionError("the worker was lost")
+        assert turns.abandon_calls(lost) == 3
+        for asker in askers:
+            asker.join(10)
+        assert outcomes == [lost, lost, lost]
+        assert turns.abandon_calls(lost) == 0  # nothing left to end
+        release.set()  # the stuck call returns after all: its result is dropped quietly
+        assert turns.run(lambda: 3) == 3  # and the loop goes on
+    finally:
+        release.set()
+        turns.close()
+
+
 def test_unthreaded_calls_run_in_the_callers_thread():
     turns = Turns(table())
     assert not turns.threaded

@@ -29,11 +29,12 @@ one answer at a time), in the reader's own thread: the same rounds, of one answe
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import TypeVar
 
 import numpy as np
@@ -74,6 +75,7 @@ class Turns:
         # a waiting answer's stop and a call asked all wake the loop.
         self._cond = slots.cond
         self._calls: deque[tuple[Callable[[], object], Future]] = deque()
+        self._taken: deque[tuple[Callable[[], object], Future]] = deque()  # the calls being run
         self._runners: list[Runner] = []
         self._results: dict[int, Passed | BaseException] = {}  # by id(runner), for its next advance
         self._spent: dict[int, float] = {}  # by id(runner): engine seconds charged to it
@@ -172,6 +174,22 @@ class Turns:
                 while not runner.finished:
                     self._round([runner])
 
+    def abandon_calls(self, error: BaseException) -> int:
+        """End every call waiting for the engine thread, or running on it, with ``error``;
+        how many. For a loop that will never come back from the pass it is in (a worker of a
+        split target lost mid-pass, ``server/unavailable.py``): whoever waits in ``run``
+        hears of it instead of waiting for good."""
+        with self._cond:
+            futures = [future for _, future in (*self._taken, *self._calls)]
+            self._calls.clear()
+        ended = 0
+        for future in futures:
+            with contextlib.suppress(InvalidStateError, RuntimeError):  # done meanwhile
+                if future.running() or future.set_running_or_notify_cancel():
+                    future.set_exception(error)
+                    ended += 1
+        return ended
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -187,15 +205,17 @@ class Turns:
                 if self._closed:
                     self._end()
                     return
-                calls, self._calls = self._calls, deque()
+                calls = self._taken = self._calls
+                self._calls = deque()
                 # First in the next round, the newest first: a new answer's prompt is read,
                 # and its first token sent, before the other answers' batches and steps.
                 for runner in self.slots.admit():
                     self._runners.insert(0, runner)  # type: ignore[arg-type]  # (the table's are runners)
                 runners = list(self._runners)
                 self.arrival.clear()
-            for call, future in calls:
-                _settle(future, call)
+            while calls:
+                _settle(calls[0][1], calls[0][0])
+                calls.popleft()
             if runners:
                 self._round(self._due(runners))
 
@@ -334,9 +354,13 @@ class Turns:
 
 
 def _settle(future: Future, call: Callable[[], object]) -> None:
-    if not future.set_running_or_notify_cancel():
+    if future.done() or not future.set_running_or_notify_cancel():  # (done: abandoned)
         return
     try:
-        future.set_result(call())
+        result = call()
     except BaseException as error:  # the caller gets it, whatever it is
-        future.set_exception(error)
+        with contextlib.suppress(InvalidStateError):  # abandoned meanwhile
+            future.set_exception(error)
+        return
+    with contextlib.suppress(InvalidStateError):
+        future.set_result(result)

@@ -4,7 +4,8 @@ waiting ends at once with an error, and every model endpoint refuses with 503 an
 
 A lost worker leaves the pair's loop waiting for good inside a pass, so nothing the loop
 would do ends those answers: they are ended here, each with its error and ``END`` handed
-to its ``deliver`` once (a later hand-over, from a loop that was not stuck after all,
+to its ``deliver`` once, and so is every call waiting on the loop (an embedding request's
+batches), with the same refusal (a later hand-over, from a loop that was not stuck after all,
 goes nowhere). An answer that a request queues just after the loss is ended the same way
 by a sweep that runs until the process restarts.
 """
@@ -39,8 +40,9 @@ def _dropped(_events: list[object]) -> None:
 
 
 def end_answers(lm: EdgeSpec, error: BaseException) -> int:
-    """End every answer running or waiting on ``lm`` with ``error``, each once; how many
-    were ended now."""
+    """End every answer running or waiting on ``lm`` with ``error``, each once, and every
+    call waiting on its loop (an embedding's batch); how many answers were ended now."""
+    lm.engine.turn.abandon_calls(error)
     ended = 0
     for answer in lm.answers():
         deliver = answer.deliver

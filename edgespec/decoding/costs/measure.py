@@ -22,6 +22,7 @@ from edgespec.decoding.costs.costmodel import PROVISIONAL, CostModel
 from edgespec.decoding.costs.curve import CostCurve, dips, implausible, same_dips
 from edgespec.decoding.costs.profile import profile_facts, profile_path
 from edgespec.progress import count_bar
+from edgespec.runtime import local_workers, rpc_faults
 from edgespec.runtime.model import Model
 
 _ROUNDS = 3  # measurements of every size; the middle one is kept
@@ -52,17 +53,21 @@ class OtherLoad:
     run on: from the kernel's per-core counters of all CPU time minus this process's own
     (the load average would count this process's own work and lag by a minute). A process
     pinned to some cores (``taskset``, one test worker per core) is not slowed by work on
-    the others. Linux only; elsewhere it reports nothing."""
+    the others. A worker of this process's split target that runs on this machine computes
+    this process's passes: its CPU is counted as this process's own. Linux only; elsewhere
+    it reports nothing."""
 
     def __init__(self) -> None:
         self._cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self._workers = local_workers.pids(rpc_faults.workers())
         self._start = self._sample()
 
     def _sample(self) -> tuple[float, float, float] | None:
         try:
             busy, total = cpu_ticks(Path("/proc/stat").read_text(), self._cpus)
             own = os.times()
-            return busy, total, (own.user + own.system) * os.sysconf("SC_CLK_TCK")
+            ticks = (own.user + own.system) * os.sysconf("SC_CLK_TCK")
+            return busy, total, ticks + local_workers.cpu_ticks(self._workers)
         except (OSError, ValueError, IndexError, AttributeError):
             return None
 

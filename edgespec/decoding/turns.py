@@ -354,7 +354,10 @@ class Turns:
 
 
 def _settle(future: Future, call: Callable[[], object]) -> None:
-    if future.done() or not future.set_running_or_notify_cancel():  # (done: abandoned)
+    try:
+        if future.done() or not future.set_running_or_notify_cancel():  # (done: abandoned)
+            return
+    except RuntimeError:  # abandoned between the two
         return
     try:
         result = call()

@@ -96,15 +96,15 @@ def pids(endpoints: Iterable[str]) -> list[int]:
             break
         sockets = _sockets()
         listening = {s.inode for s in sockets if s.state == _LISTEN and s.port in ports}
-        servers = set(_holders(listening)) - found
+        onward = {s.inode: s.peer for s in sockets if s.state == _ESTABLISHED}
+        held = _holders(listening | set(onward))  # one pass over /proc for both
+        servers = {pid for pid, inodes in held.items() if inodes & listening} - found
         found |= servers
         # Where those servers connect on to another listener on loopback, it serves too.
-        held = _holders({s.inode for s in sockets if s.state == _ESTABLISHED})
-        onward = {s.inode: s.peer for s in sockets if s.state == _ESTABLISHED}
         ports = {
             onward[inode][1]
             for pid in servers
-            for inode in held.get(pid, ())
+            for inode in held[pid] - listening
             if ipaddress.ip_address(onward[inode][0]).is_loopback
         }
     return sorted(found)

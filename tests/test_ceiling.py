@@ -14,7 +14,7 @@ import pytest
 
 from edgespec.bench.ceiling import ceiling_ratios, fastest_seconds, held_runs, lookup_runs, model_runs
 from edgespec.bench.holds import Holds
-from edgespec.bench.replay import CURVES, add_ceiling, replay
+from edgespec.bench.replay import BEST_FIXED, CURVES, FIXED_GRID, add_best_fixed, add_ceiling, replay
 
 
 def exhaustive_seconds(lookup, model, verify_s, draft_token_s, longest):
@@ -104,6 +104,27 @@ def test_no_replayed_configuration_beats_the_ceiling(pair, replay_recordings, cu
         # win time that the lookups' ceiling leaves out
         chat = results["chat-explain-interest-2"]
         assert chat["ceiling lookups"].decode_tps < 0.95 * chat["ceiling"].decode_tps
+
+
+@pytest.mark.parametrize("curve", ["xeon", "gpu"])
+def test_the_best_fixed_configuration_per_answer_lies_between_each_fixed_one_and_the_ceiling(
+    pair, replay_recordings, curve
+):
+    """ "best fixed" is a yardstick a causal controller could reach: one configuration per
+    answer, picked in hindsight. Every schedule it picks is one the ceiling considers."""
+    configs = ("target only", *FIXED_GRID)
+    results = replay(replay_recordings, pair.target, pair.draft, CURVES[curve], configs)
+    assert add_best_fixed(results) == BEST_FIXED
+    add_ceiling(replay_recordings, pair.target, CURVES[curve], results)
+    picked = set()
+    for runs in results.values():
+        best = runs[BEST_FIXED].decode_tps
+        assert best <= runs["ceiling"].decode_tps * 1.0001, curve
+        assert all(runs[label].decode_tps <= best for label in configs)
+        picked.add(next(label for label in configs if runs[label].decode_tps == best))
+    # picked per answer: the edit copies, the chat and the math take the draft model or
+    # decode plainly, so no one configuration is every answer's fastest
+    assert len(picked) > 1, (curve, picked)
 
 
 def test_holds_count_each_span_only_where_it_could_have_held():

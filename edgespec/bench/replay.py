@@ -414,6 +414,21 @@ def prediction_of(rec: Recording, target: Model) -> list[int]:
 
 
 CEILING, LOOKUP_CEILING = "ceiling", "ceiling lookups"
+BEST_FIXED = "best fixed"
+# The fixed configurations "best fixed" picks among: auto's drafters that any answer can
+# have, at the sizes where a fixed γ is commonly set.
+FIXED_GRID = tuple(f"{d} γ={g}" for d in ("copy", "ngram", "reflow", "model") for g in (2, 4, 8, 16, 32))
+
+
+def add_best_fixed(results: dict[str, dict[str, Replayed]], grid: Iterable[str] = FIXED_GRID) -> str:
+    """Adds to ``results`` the configuration "best fixed": each answer at the speed of the
+    fastest of plain decoding and the ``grid``'s fixed configurations on it, picked in
+    hindsight per answer. A yardstick a controller without foresight of the drafts could
+    reach if it knew the one configuration to use for the whole answer; the ceiling also
+    knows where every draft breaks."""
+    for runs in results.values():
+        runs[BEST_FIXED] = Replayed(max(runs[label].decode_tps for label in ("target only", *grid)))
+    return BEST_FIXED
 
 
 def add_ceiling(
@@ -512,6 +527,12 @@ def main(argv: list[str] | None = None) -> int:
         "(and among the lookups alone, 'ceiling lookups')",
     )
     parser.add_argument(
+        "--best-fixed",
+        action="store_true",
+        help="also replay every fixed configuration of a grid (copy, ngram, reflow, model at "
+        "γ = 2…32) and print, per answer, the fastest of them: 'best fixed'",
+    )
+    parser.add_argument(
         "--trace",
         type=Path,
         metavar="FILE",
@@ -527,9 +548,12 @@ def main(argv: list[str] | None = None) -> int:
         traces: dict[str, dict] = {}
         for name in args.curve:
             curve = curve_from_costs(lm.controller_state().costs) if name == "here" else CURVES[name]
-            results = replay(recordings, lm.target, lm.draft, curve, args.configs)
+            grid = [c for c in FIXED_GRID if c not in args.configs] if args.best_fixed else []
+            results = replay(recordings, lm.target, lm.draft, curve, [*args.configs, *grid])
             traces[name] = {rec: {c: r.trace for c, r in by.items()} for rec, by in results.items()}
             configs = list(args.configs)
+            if args.best_fixed:
+                configs.append(add_best_fixed(results))
             if args.ceiling:
                 predicted = any(label.endswith(PREDICTED) for label in configs)
                 configs += add_ceiling(recordings, lm.target, curve, results, predicted)

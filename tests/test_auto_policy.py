@@ -332,3 +332,33 @@ def test_a_shared_drafting_step_is_counted_against_plain_decoding_at_once():
         saved[others] = adaptive.answer.saved_s
     assert saved[0] == pytest.approx(5 * steady - 0.2)
     assert saved[3] == pytest.approx(5 * steady * 202 / (4 * 58) - 0.2)
+
+
+def test_a_draft_at_long_odds_leaves_room_for_another_after_a_miss():
+    """Verifying γ drafts costs 100 + 10γ ms: at an answer's start it may lose 48 ms, a
+    four-token draft's worst case. A copy whose first token holds only half the time (its
+    later ones nearly always) may stake 38 ms, so that a miss still leaves a one-token
+    draft: three tokens. A copy sure of its first token drafts four; without the rule
+    (``all_in_odds`` 0) the half-sure one stakes everything too."""
+    stepped = {k: 100 + 10 * (k - 1) for k in range(1, 18)}
+    context = [*range(200, 240), 0, *range(200, 203)]  # the n-gram lookup matches 3 tokens
+
+    def first_step(first_holds: float, odds: float) -> tuple[AdaptivePolicy, int]:
+        tuning = dataclasses.replace(DEFAULT, all_in_odds=odds)
+        stats = acceptance_stats(tuning=tuning)
+        ngram = stats.lookup["ngram"]
+        ngram.seen[:] = 400.0
+        ngram.hits[:] = 0.99 * 400.0
+        ngram.hits[:, ngram.buckets.of[3]] = first_holds * 400.0
+        adaptive = policy(costs(stepped, draft_ms=22), ("ngram",), stats=stats, tuning=tuning)
+        adaptive.costs.plain_overhead = 0.0
+        step = plan(adaptive, context)
+        assert step.drafter == "ngram"
+        return adaptive, step.gamma
+
+    adaptive, gamma = first_step(0.5, DEFAULT.all_in_odds)
+    assert gamma == 3
+    adaptive.observe(StepOutcome("ngram", 3, 0, Draft(tokens=[0] * 3), 0.130, 0.0, [999]))
+    assert not plan(adaptive, context).reason.startswith(("behind", "plain until"))
+    assert first_step(0.99, DEFAULT.all_in_odds)[1] == 4
+    assert first_step(0.5, 0.0)[1] == 4

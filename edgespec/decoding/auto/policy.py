@@ -152,7 +152,7 @@ class AdaptivePolicy:
         (its allowance grows with every token): each lookup and pricing would only put it
         further behind. Empty when a draft may fit."""
         plain = pricing.plain_seconds(self.costs)
-        cheapest = float(pricing.verify_seconds(self.costs, np.array([1]))[0]) - plain
+        cheapest = self._one_token_worst(plain)
         risk = self._risk(plain)
         if risk >= cheapest:
             return ""
@@ -160,6 +160,10 @@ class AdaptivePolicy:
         if self.answer.saved_s < 0.0:
             return f"behind plain decoding by {-1000 * self.answer.saved_s:.1f} ms: plain until {worst} fits"
         return f"plain until the answer's allowance ({1000 * risk:.1f} ms) covers {worst}"
+
+    def _one_token_worst(self, plain_s: float) -> float:
+        """What a one-token draft loses where it fails: the least any draft risks."""
+        return float(pricing.verify_seconds(self.costs, np.array([1]))[0]) - plain_s
 
     def choices(self, view: StepView) -> Priced:
         """Every option for the next step, priced; it changes nothing."""
@@ -170,6 +174,11 @@ class AdaptivePolicy:
         plain = pricing.plain_seconds(costs, shared)
         options = [Choice("none", 0, 1.0 / alone, 1.0, plain)]
         risk = self._risk(alone)
+        # A lookup whose first token is less likely to hold than ``all_in_odds`` may not
+        # stake all the answer may still lose: a miss would leave no room for even a
+        # one-token draft, and the answer would decode plainly until its allowance grows
+        # back (some 26 tokens on a steep CPU, however well a copy holds after it).
+        long_odds_risk = risk - self._one_token_worst(alone)
         cap = min(budget, self.gamma_cap or budget)
         if cap <= 0:
             return Priced(options, [])
@@ -186,7 +195,8 @@ class AdaptivePolicy:
             )
             calibration = answer.realized.calibration(proposal.drafter)
             row = (verify_row, return_s, 0.0)
-            options.append(self._best(proposal.drafter, accept, row, calibration, risk, (shared, plain)))
+            stake = risk if accept[0] >= self.tuning.all_in_odds else long_odds_risk
+            options.append(self._best(proposal.drafter, accept, row, calibration, stake, (shared, plain)))
         model = None
         if self.decoding is not None:
             model = self.model_price(view)

@@ -88,6 +88,10 @@ class Tuning:
     # of its plain time: no answer of risk_tokens or more ends below 1 / (1 + risk_share)
     risk_share: float = 0.03
     risk_tokens: int = 16  # ... counted over at least this many tokens (a shorter answer's floor)
+    # A lookup's draft whose miss would leave no room for even a one-token draft after it
+    # (the answer then decodes plainly until its allowance grows back: some 26 tokens on a
+    # steep CPU) must hold its first token at better than this chance.
+    all_in_odds: float = 0.6
     # -- the return to plain decoding (GPUs) -----------------------------------------------
     return_significant: float = 0.1  # priced above this share of a single-token pass
     return_ema: float = 0.3

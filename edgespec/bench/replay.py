@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.bench import llamacpp_replay
 from edgespec.bench.ceiling import ceiling_ratios
 from edgespec.bench.corpus import BY_ID, CATEGORIES, predicted_output
 from edgespec.bench.recording import Recording, recorded_corpus
@@ -76,6 +77,10 @@ class Curve:
 
     def target_seconds(self, k: int) -> float:
         return self.target_s * _interpolate(self.target, k)
+
+    def step_seconds(self, k: int) -> float:
+        """A step over ``k`` tokens with no draft model: its target pass and its own time."""
+        return self.target_seconds(k) + self.python_s
 
     def history_seconds(self, k: int, last: int, before_last: int) -> float:
         """What a target pass over ``k`` tokens costs beyond ``target_seconds(k)`` after
@@ -431,6 +436,16 @@ def add_best_fixed(results: dict[str, dict[str, Replayed]], grid: Iterable[str] 
     return BEST_FIXED
 
 
+def add_llamacpp(recordings: list[Recording], curve: Curve, results: dict[str, dict[str, Replayed]]) -> str:
+    """Adds to ``results`` llama.cpp's prompt-lookup loop (bench.llamacpp_replay) on
+    ``curve``, each pass priced as plain decoding's is; returns its label."""
+    for rec in recordings:
+        plain = results[rec.id]["target only"].decode_tps
+        ratio = llamacpp_replay.speedup(rec.prompt, rec.answer, curve.step_seconds, curve.history_seconds)
+        results[rec.id][llamacpp_replay.LABEL] = Replayed(plain * ratio)
+    return llamacpp_replay.LABEL
+
+
 def add_ceiling(
     recordings: list[Recording],
     target: Model,
@@ -453,7 +468,7 @@ def add_ceiling(
                 rec.prompt,
                 rec.answer,
                 rec.guesses,
-                lambda k: curve.target_seconds(k) + curve.python_s,
+                curve.step_seconds,
                 curve.draft_seconds(1),
                 target.options.max_outputs - 1,
                 target.eos if rec.ended else None,
@@ -533,6 +548,11 @@ def main(argv: list[str] | None = None) -> int:
         "γ = 2…32) and print, per answer, the fastest of them: 'best fixed'",
     )
     parser.add_argument(
+        "--llamacpp",
+        action="store_true",
+        help=f"also replay llama.cpp's prompt lookup loop on each answer: '{llamacpp_replay.LABEL}'",
+    )
+    parser.add_argument(
         "--trace",
         type=Path,
         metavar="FILE",
@@ -554,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
             configs = list(args.configs)
             if args.best_fixed:
                 configs.append(add_best_fixed(results))
+            if args.llamacpp:
+                configs.append(add_llamacpp(recordings, curve, results))
             if args.ceiling:
                 predicted = any(label.endswith(PREDICTED) for label in configs)
                 configs += add_ceiling(recordings, lm.target, curve, results, predicted)

@@ -54,12 +54,23 @@ def ngram_simple_draft(context: Sequence[int], size_n: int = SIZE_N, size_m: int
 History = Callable[[int, int, int], float]
 
 
+def seconds_of(
+    passes: Sequence[int], prompt_len: int, pass_seconds: Callable[[int], float], history: History | None
+) -> float:
+    """What a decode phase of target passes over ``passes`` tokens each costs, after the
+    prompt's pass (``history`` prices each pass by the two before it, where the curve has one)."""
+    total, last, before_last = 0.0, prompt_len, prompt_len
+    for size in passes:
+        total += pass_seconds(size) + (history(size, last, before_last) if history is not None else 0.0)
+        last, before_last = size, last
+    return total
+
+
 def replay_ngram_simple(
     prompt: Sequence[int],
     answer: Sequence[int],
     pass_seconds: Callable[[int], float],
     history: History | None = None,
-    size: tuple[int, int] = (SIZE_N, SIZE_M),
 ) -> LoopRun:
     """The loop over a recorded greedy ``answer``: its first token comes from the prompt's
     pass (not the decode phase), each later step verifies a proposal (or none) in one pass
@@ -67,24 +78,20 @@ def replay_ngram_simple(
     runs past the answer's end at full price, as the tool's would, though only the
     answer's tokens are counted."""
     context = [*prompt, *answer[:1]]
-    made, seconds, steps, drafted, accepted = 1, 0.0, 0, 0, 0
-    last = before_last = len(prompt)  # the prompt's pass came before
+    made, accepted = 1, 0
+    passes: list[int] = []  # each step's pass: the sampled token and the proposal
     while made < len(answer):
-        draft = ngram_simple_draft(context, *size)
+        draft = ngram_simple_draft(context)
         kept = 0
         while kept < len(draft) and made + kept < len(answer) and draft[kept] == answer[made + kept]:
             kept += 1
         new = min(kept + 1, len(answer) - made)
-        seconds += pass_seconds(1 + len(draft))
-        if history is not None:
-            seconds += history(1 + len(draft), last, before_last)
-        last, before_last = 1 + len(draft), last
         context += answer[made : made + new]
         made += new
-        steps += 1
-        drafted += len(draft)
+        passes.append(1 + len(draft))
         accepted += kept
-    return LoopRun(seconds, steps, drafted, accepted)
+    seconds = seconds_of(passes, len(prompt), pass_seconds, history)
+    return LoopRun(seconds, len(passes), sum(passes) - len(passes), accepted)
 
 
 def speedup(
@@ -96,8 +103,5 @@ def speedup(
     """The loop's decode-phase speed over plain decoding's on the same curve (1 for an
     answer of one token: the decode phase is empty)."""
     loop = replay_ngram_simple(prompt, answer, pass_seconds, history)
-    plain, last, before_last = 0.0, len(prompt), len(prompt)
-    for _ in range(len(answer) - 1):
-        plain += pass_seconds(1) + (history(1, last, before_last) if history is not None else 0.0)
-        last, before_last = 1, last
+    plain = seconds_of([1] * (len(answer) - 1), len(prompt), pass_seconds, history)
     return plain / loop.seconds if loop.seconds > 0 else 1.0

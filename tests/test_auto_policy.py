@@ -24,6 +24,7 @@ from synthetic_costs import (
 )
 
 from edgespec.decoding.auto import DEFAULT, AdaptivePolicy, PairState
+from edgespec.decoding.auto.state import StepScratch
 from edgespec.decoding.drafters import Draft, NgramDrafter
 from edgespec.decoding.policy import StepOutcome
 
@@ -277,7 +278,8 @@ def test_an_answer_behind_plain_decoding_decodes_plainly_and_says_so():
     stats = acceptance_stats()
     stats.lookup["ngram"].hits[:], stats.lookup["ngram"].seen[:] = 400.0, 400.0
     adaptive = policy(costs(CPU_TARGET, draft_ms=22), ("ngram",), stats=stats, tuning=DEFAULT)
-    adaptive.costs.plain_overhead = 0.0
+    adaptive.pair.costs.plain_overhead = 0.0
+    adaptive.begin()
     adaptive.observe(StepOutcome("ngram", 16, 0, Draft(tokens=[0] * 16), 0.759, 0.0, [999]))
     assert adaptive.answer.saved_s == pytest.approx(0.058 - 0.759)
     step = plan(adaptive, context)
@@ -292,45 +294,67 @@ def test_what_an_answer_gained_is_counted_against_plain_decoding_as_none_takes_i
     takes it: a step that priced its options and then decoded plainly still paid for the
     pricing; a drafting step gains the plain steps it replaces; the first plain steps after
     a draft pay what the return to single tokens costs (a GPU), but not those after the
-    prompt's pass, which plain decoding pays as well."""
+    prompt's pass, which plain decoding pays as well. Each is counted at the prices the
+    answer started with (what the pair learned before it), here where the clock agrees
+    with them within ``price_margin``."""
     adaptive = policy(costs(H200_TARGET, draft_ms=2), ("ngram",))
-    adaptive.costs.plain_overhead = 0.0
-    pair, answer = adaptive.pair, adaptive.answer
+    adaptive.pair.costs.plain_overhead = 0.0
+    pair = adaptive.pair
     plain = Draft(tokens=[])
     # the first two steps after the prompt (idle: nothing priced, 0.1 ms of Python) are
     # dearer, and not counted against drafting
     for ms in (4.8, 3.6):
         adaptive.observe(StepOutcome("none", 0, 0, plain, ms / 1000, 0.0001, [0]))
-    assert answer.saved_s == 0.0
+    assert adaptive.answer.saved_s == 0.0
     assert pair.bare_overhead == pytest.approx(0.0001)
-    plan(adaptive, NOVEL)  # priced: its step pays 0.4 ms of Python
+    plan(adaptive, NOVEL)  # priced: its step pays 0.4 ms of Python, which the pair learns
     adaptive.observe(StepOutcome("none", 0, 0, plain, 0.0018, 0.0004, [0]))
+    assert pair.pricing_overhead == pytest.approx(0.0004)
+    adaptive.begin()  # the next answer's prices
+    answer, prices = adaptive.answer, adaptive.prices
+    assert (prices.bare_s, prices.pricing_s) == pytest.approx((0.0001, 0.0003))
+    plan(adaptive, NOVEL)
+    adaptive.observe(StepOutcome("none", 0, 0, plain, 0.0019, 0.0004, [0]))  # (the clock: noise)
     assert answer.saved_s == pytest.approx(-0.0003)
     plan(adaptive, [*range(500, 540), 1, *range(500, 504)])
     adaptive.observe(StepOutcome("ngram", 4, 4, Draft(tokens=[0] * 4), 0.0042, 0.0004, [0] * 5))
-    steady = pair.steady_plain(adaptive.costs)
-    assert answer.saved_s == pytest.approx(-0.0003 + 5 * (steady + 0.0001) - 0.0046)
+    drafting = adaptive.costs.target.estimate(5) + adaptive.costs.overhead
+    assert answer.saved_s == pytest.approx(-0.0003 + 5 * (prices.plain_s + 0.0001) - drafting)
+    # the return to single tokens costs 3 ms more than a plain step: the answer's prices
+    # know nothing of it yet (it is counted at them), the pair learns it, and the next
+    # answer is charged it
+    steady = pair.steady_plain(pair.costs)
     before = answer.saved_s
+    adaptive.step = StepScratch()  # (a step that priced nothing)
     adaptive.observe(StepOutcome("none", 0, 0, plain, 0.0048, 0.0001, [0]))  # the return: 3 ms dearer
-    assert answer.saved_s == pytest.approx(before - (0.0048 - steady), abs=1e-9)
+    assert answer.saved_s == pytest.approx(before, abs=1e-9)
+    assert pair.return_excess[0] == pytest.approx(DEFAULT.return_ema * (0.0048 - steady))
+    adaptive.begin()
+    assert adaptive.prices.return_excess[0] == pair.return_excess[0]
 
 
 def test_a_shared_drafting_step_is_counted_against_plain_decoding_at_once():
     """Beside other answers, plain decoding is each answer's share of a decode of all their
     single tokens (``--drafter none`` at once): on this CPU 4 tokens cost 202 ms, not 4 x
     58. Counted against a plain step alone, a drafting step would credit the batch's own
-    saving to drafting, and the risk budget would grow with gains never made."""
+    saving to drafting, and the risk budget would grow with gains never made. (A step
+    decoded alone is counted at the answer's prices; a shared one on the clock, since its
+    price depends on the others'.)"""
     saved = {}
     for others in (0, 3):
         adaptive = policy(costs(CPU_TARGET, draft_ms=20), ("ngram",))
-        adaptive.costs.plain_overhead = 0.0
+        adaptive.pair.costs.plain_overhead = 0.0
         adaptive.pair.bare_overhead = 0.0
+        adaptive.begin()
         plan(adaptive, [*range(500, 540), 1, *range(500, 504)])
         step = StepOutcome("ngram", 4, 4, Draft(tokens=[0] * 4), 0.2, 0.0, [0] * 5, shared_with=others)
         adaptive.observe(step)
         steady = adaptive.pair.steady_plain(adaptive.costs)
         saved[others] = adaptive.answer.saved_s
-    assert saved[0] == pytest.approx(5 * steady - 0.2)
+        prices = (adaptive.prices.plain_step(), adaptive.prices.step(4, [], priced=True))
+    plain_s, step_s = prices
+    assert 0.2 / 1.5 < step_s < 0.2 * 1.5  # (its clock agreed with its price)
+    assert saved[0] == pytest.approx(5 * plain_s - step_s)
     assert saved[3] == pytest.approx(5 * steady * 202 / (4 * 58) - 0.2)
 
 

@@ -173,6 +173,7 @@ def test_python_time_is_learned_apart_for_plain_and_drafting_steps():
     for _ in range(12):
         adaptive.observe(StepOutcome("none", 0, 0, Draft(tokens=[]), 0.0018, 0.00008, [0]))
         adaptive.observe(StepOutcome("ngram", 4, 4, held, 0.0042, 0.0005, [0] * 5))
+    adaptive.begin()  # (an answer prices its steps by what was learned before it started)
     plain = adaptive.choices(view(NOVEL)).options[0]
     assert plain.seconds == pytest.approx(0.0018 + 0.00008, rel=0.02)
     assert adaptive.costs.overhead == pytest.approx(0.0005, rel=0.02)

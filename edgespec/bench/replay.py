@@ -378,16 +378,18 @@ def replay(
     curve: Curve,
     configs: Iterable[str] = CONFIGS,
     tuning: Tuning = DEFAULT,
+    profile: Curve | None = None,
 ) -> dict[str, dict[str, Replayed]]:
     """Every configuration over every recording, in order (auto's statistics carry from
-    one prompt to the next, as in a session): {prompt id: {config: Replayed}}."""
+    one prompt to the next, as in a session): {prompt id: {config: Replayed}}. ``profile``:
+    the curve the controller's profile was measured on, where it is not ``curve``."""
     clock = VirtualClock()
     replayed_target = ReplayedModel(
         target, clock, curve.target_seconds, curve.python_s, curve.history_seconds
     )
     replayed_draft = ReplayedDraft(draft, clock, curve.draft_seconds)
     engine = Engine(replayed_target, replayed_draft, clock=clock)  # type: ignore[arg-type]
-    state = PairState(cost_model(curve, engine.max_gamma + 1), tuning)
+    state = PairState(cost_model(profile or curve, engine.max_gamma + 1), tuning)
     results: dict[str, dict[str, Replayed]] = defaultdict(dict)
     for rec in recordings:
         for label in configs:

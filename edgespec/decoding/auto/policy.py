@@ -59,7 +59,8 @@ class AdaptivePolicy:
     ):
         self.pair = pair
         self.tuning = pair.tuning
-        self.costs = pair.costs
+        self.prices = pair.prices()
+        self.costs = self.prices.costs  # the answer's prices (the pair's costs go on learning)
         self.stats = pair.stats
         self.allowed = drafters
         # The allowed drafter priced by the draft model's decodes (the registry declares
@@ -79,6 +80,8 @@ class AdaptivePolicy:
     def begin(self) -> None:
         """A new answer: fresh answer state, and the pair's evidence softened."""
         self.pair.begin_answer()
+        self.prices = self.pair.prices()
+        self.costs = self.prices.costs
         self.answer = AnswerState(self.tuning)
         self.step = StepScratch()
 
@@ -276,7 +279,7 @@ class AdaptivePolicy:
         it (where that is worth pricing); nothing while a drafting run goes on."""
         if self.answer.plain_since_draft == 0:
             return 0.0
-        excess = sum(self.pair.return_excess)
+        excess = sum(self.prices.return_excess)
         return excess if excess > self.tuning.return_significant * self.costs.target.estimate(1) else 0.0
 
     def _trial(
@@ -381,32 +384,77 @@ class AdaptivePolicy:
         # or after a ban) is a cost of switching to the draft model, priced when it is
         # chosen: counted in what drafting realizes, a return after a ban would make the
         # draft look worse and be banned again, longer.
-        prefill_s = sum(s for size, s in outcome.draft.decodes if size > self.tuning.prefill_batch)
         self.answer.draft_synced = self.answer.draft_synced or outcome.drafter == self.decoding
-        step_s = outcome.draft.seconds - prefill_s + outcome.verify_s + outcome.overhead_s
+        step_s, prefill_s, on_clock = self._counted(outcome)
         self._learn_surplus(outcome, step_s + prefill_s)
         self._learn_realized(outcome, step_s)
-        self._learn_costs(outcome)
+        self._learn_costs(outcome, on_clock)
+        if on_clock:
+            self.prices = self.pair.prices()
+            self.costs = self.prices.costs
         if outcome.drafter == self.decoding:
             self._learn_model(outcome)
         self._judge_open_proposals(outcome.new_tokens)
 
+    def _counted(self, outcome: StepOutcome) -> tuple[float, float, bool]:
+        """What the step is counted at, without and with the draft's catch-up decodes (a
+        prompt prefill), and whether it was counted on the clock: at the answer's prices
+        (``Prices``), unless what the pair has learned since the answer started puts them
+        off by more than ``price_margin`` (a profile that does not fit the machine, a
+        machine slowed down: one slow pass moves what is learned by a third of its
+        surprise, a machine that changed moves it past the margin within a few), or the
+        step's own clock is off its price by more than ``price_gross`` (no noise is); then
+        on the clock, and the answer prices its next steps by the pair's costs. A step
+        shared with other answers is counted on the clock: its price depends on theirs."""
+        prefill = [(size, s) for size, s in outcome.draft.decodes if size > self.tuning.prefill_batch]
+        clock_prefill = sum(s for _, s in prefill)
+        clock = outcome.draft.seconds - clock_prefill + outcome.verify_s + outcome.overhead_s
+        if outcome.shared or outcome.draft.shared:
+            return clock, clock_prefill, False
+        prefill_s = sum(self.costs.draft.estimate(size) for size, _ in prefill)
+        priced = self.prices.step(outcome.gamma, outcome.draft.decodes, priced=self.step.chosen is not None)
+        gross, whole = self.tuning.price_gross, clock + clock_prefill
+        if self._off_price(outcome.gamma + 1) or not priced / gross <= whole <= priced * gross:
+            return clock, clock_prefill, True
+        return priced - prefill_s, prefill_s, False
+
+    def _off_price(self, size: int) -> bool:
+        """Has the pair learned that a pass of ``size`` tokens, a draft token or a return
+        to single tokens costs more than ``price_margin`` off the answer's prices?"""
+        margin, live, prices = self.tuning.price_margin, self.pair.costs, self.prices
+        for learned, priced, k in ((live.target, self.costs.target, size), (live.draft, self.costs.draft, 1)):
+            price = priced.estimate(k)
+            if price > 0.0 and not price / margin <= learned.estimate(k) <= price * margin:
+                return True
+        drift = max(abs(a - b) for a, b in zip(self.pair.return_excess, prices.return_excess, strict=True))
+        return drift > (margin - 1.0) * prices.plain_s
+
+    def _returning(self, outcome: StepOutcome) -> int | None:
+        """0 or 1 for the first or second plain step after a drafting step's pass (on a GPU
+        they cost more than plain steps), else None."""
+        answer = self.answer
+        if outcome.gamma == 0 and answer.plain_since_draft < 2 and answer.drafted:
+            return answer.plain_since_draft
+        return None
+
     def _learn_surplus(self, outcome: StepOutcome, step_s: float) -> None:
         """What the step gained or lost against plain decoding (``step_s``: all it cost,
-        a prompt prefill of the draft included). Plain decoding is a step with nothing
-        priced, as ``--drafter none`` takes it: its Python is learned from the steps this
-        answer took without pricing. A priced step that decoded plainly still paid its
-        lookups and pricing (on a 34 ms step, half a millisecond is 1.5 %)."""
-        pair, answer = self.pair, self.answer
+        a prompt prefill of the draft included, at the answer's prices). Plain decoding is a
+        step with nothing priced, as ``--drafter none`` takes it: its Python is learned from
+        the steps that took none. A priced step that decoded plainly still paid its lookups
+        and pricing (on a 34 ms step, half a millisecond is 1.5 %)."""
+        pair, answer, prices = self.pair, self.answer, self.prices
         if self.step.chosen is None and outcome.gamma == 0:
             pair.learn_bare_overhead(outcome.overhead_s)
             return
-        if outcome.gamma:
-            bare = self.costs.plain_overhead if pair.bare_overhead is None else pair.bare_overhead
-            plain = pair.steady_plain(self.costs) * self._plain_share(outcome.shared_with) + bare
+        if outcome.gamma == 0:
+            pair.learn_pricing_overhead(outcome.overhead_s)
+            answer.saved_s -= prices.pricing_s
+        elif outcome.shared:
+            plain = pair.steady_plain(pair.costs) * self._plain_share(outcome.shared_with) + prices.bare_s
             answer.saved_s += (outcome.accepted + 1) * plain - step_s
-        elif pair.bare_overhead is not None:
-            answer.saved_s -= outcome.overhead_s - pair.bare_overhead
+        else:
+            answer.saved_s += (outcome.accepted + 1) * prices.plain_step() - step_s
 
     def _plain_share(self, others: int) -> float:
         """A plain step's share of a decode shared with ``others`` answers' plain steps,
@@ -440,10 +488,10 @@ class AdaptivePolicy:
                 plain = 1.0 / pricing.plain_seconds(self.costs)
             answer.bans.check(outcome.drafter, answer.steps, answer.realized, plain)
 
-    def _learn_costs(self, outcome: StepOutcome) -> None:
+    def _learn_costs(self, outcome: StepOutcome, on_clock: bool) -> None:
         """The step's costs: its Python, its target pass (and, right after drafting, what a
         return to plain decoding costs beyond a plain step), the draft's decodes."""
-        answer, costs = self.answer, self.costs
+        answer, costs = self.answer, self.pair.costs
         costs.observe_overhead(outcome.overhead_s, plain=outcome.gamma == 0)
         # A share of a decode over several answers' tokens is not what it would cost
         # alone, which is what the cost curves price.
@@ -454,12 +502,14 @@ class AdaptivePolicy:
             return
         size = outcome.gamma + 1
         ema = self.tuning.return_ema
-        if size == 1 and answer.plain_since_draft < 2 and answer.drafted:
+        returning = self._returning(outcome)
+        if returning is not None:
             # Signed: on a CPU a slow step and a fast one cancel, where clipping at zero
             # would add their noise up into a price.
-            i = answer.plain_since_draft
+            i = returning
             excess = outcome.verify_s - self.pair.steady_plain(costs)
-            answer.saved_s -= excess  # (what the drafting before it cost these steps)
+            # (what the drafting before it cost these steps)
+            answer.saved_s -= excess if on_clock else self.prices.return_excess[i]
             self.pair.return_excess[i] = (1 - ema) * self.pair.return_excess[i] + ema * excess
         elif size == 1 and answer.plain_since_draft >= 2:
             # (the first two after the prompt's pass return from it, as plain decoding's do)

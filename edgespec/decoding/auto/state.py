@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,12 +39,31 @@ class PairState:
         # drafting, which cost more on a GPU: priced by it, plain decoding looks dearer
         # than it is, and an answer would count gains it never made.) None before any.
         self.steady_plain_s: float | None = None
+        # A step that priced its options and decoded plainly: its Python (lookups and
+        # pricing included), learned as ``bare_overhead`` is. None before any.
+        self.pricing_overhead: float | None = None
 
     def learn_bare_overhead(self, seconds: float) -> None:
         """A step that priced nothing took ``seconds`` of Python (the first one seen
         starts the moving average)."""
         old, ema = self.bare_overhead, self.tuning.return_ema
         self.bare_overhead = seconds if old is None else (1 - ema) * old + ema * seconds
+
+    def learn_pricing_overhead(self, seconds: float) -> None:
+        """A step that priced its options and decoded plainly took ``seconds`` of Python."""
+        old, ema = self.pricing_overhead, self.tuning.return_ema
+        self.pricing_overhead = seconds if old is None else (1 - ema) * old + ema * seconds
+
+    def prices(self) -> Prices:
+        """What an answer starting now prices its steps at, and counts them at: the costs
+        learned so far, fixed for the answer (see ``Prices``)."""
+        costs = copy.deepcopy(self.costs)
+        bare = costs.plain_overhead if self.bare_overhead is None else self.bare_overhead
+        # (before any such step: a drafting step's, which looks up and prices as it does)
+        looked = costs.overhead if self.pricing_overhead is None else self.pricing_overhead
+        pricing = max(looked - bare, 0.0)
+        excess = (self.return_excess[0], self.return_excess[1])
+        return Prices(costs, self.steady_plain(costs), bare, pricing, excess)
 
     def learn_steady_plain(self, costs: CostModel, seconds: float) -> None:
         """A steady plain step's pass took ``seconds`` (moving from the profile's price)."""
@@ -82,6 +102,35 @@ class PairState:
         if sizes:
             self.costs.mark_stale()
         return sizes
+
+
+@dataclass(frozen=True)
+class Prices:
+    """One answer's prices, fixed when it starts: what its options are priced at and what
+    its steps are counted at, against plain decoding and in its realized rates. Counted on
+    the clock, a pass the machine happened to make slow moved the answer's surplus, and
+    with it which bets fitted: the same prompt took other decisions in two processes and
+    ended 10–20 % apart. Counted at prices, the decisions are a function of the text and
+    the costs the answer started with; what the clock says still teaches the pair's costs
+    (``PairState.costs``), from the next answer on."""
+
+    costs: CostModel  # a copy of the pair's, as it stood
+    plain_s: float  # a plain step's pass
+    bare_s: float  # a plain step's Python with nothing priced (what --drafter none pays)
+    pricing_s: float  # what a step that priced its options and decoded plainly paid beyond that
+    return_excess: tuple[float, float]  # the first and second plain step after drafting, beyond a plain one
+
+    def plain_step(self) -> float:
+        """A plain step as ``--drafter none`` takes it."""
+        return self.plain_s + self.bare_s
+
+    def step(self, gamma: int, draft_decodes: list[tuple[int, float]], *, priced: bool) -> float:
+        """A step that verified ``gamma`` drafted tokens after these draft decodes (sizes);
+        ``priced``: it priced its options."""
+        if gamma == 0:
+            return self.plain_step() + (self.pricing_s if priced else 0.0)
+        drafting = sum(self.costs.draft.estimate(size) for size, _ in draft_decodes)
+        return self.costs.target.estimate(gamma + 1) + self.costs.overhead + drafting
 
 
 @dataclass(frozen=True)

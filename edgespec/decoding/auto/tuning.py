@@ -95,6 +95,12 @@ class Tuning:
     # -- the return to plain decoding (GPUs) -----------------------------------------------
     return_significant: float = 0.1  # priced above this share of a single-token pass
     return_ema: float = 0.3
+    # -- what steps are counted at -----------------------------------------------------------
+    # A step is counted at the price its answer started with, unless what the pair learned
+    # since puts that price off by more than this factor (one pass's noise on these
+    # machines, some 12 %, moves what is learned by 4 %)
+    price_margin: float = 1.25
+    price_gross: float = 3.0  # ... or the step's own clock is off its price by more than this
 
 
 DEFAULT = Tuning()

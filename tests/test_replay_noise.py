@@ -1,0 +1,75 @@
+"""The same answer takes the same decisions however the machine's passes wobble.
+
+An answer counts its steps at the prices it started with (``auto.state.Prices``), not on
+the clock: counted on the clock, a pass the machine happened to make slow moved the
+answer's surplus over plain decoding, and with it which bets fitted, so the same prompt
+in two fresh processes took other decisions and ended 10-20 % apart. Here each copy-heavy
+answer of the test half is replayed alone (a fresh pair, as a new process has) twice, on
+a curve whose every pass costs its price times a log-normal factor (σ = 12 %, what these
+machines show) drawn from two seeds, with the profile measured quietly on the curve
+itself: the decisions must be the same step for step. Counted on the clock, most of
+them are not."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+import pytest
+from replay_set import recorded_halves
+
+from edgespec.bench.recording import Recording
+from edgespec.bench.replay import CURVES, Curve, replay
+from edgespec.decoding.auto import DEFAULT, Tuning
+
+pytestmark = pytest.mark.needs_models  # the replayed models ask the real one for its vocabulary
+
+COPY_HEAVY = ("edit-", "sum-", "rag-", "complete-")
+SIGMA = 0.12
+
+
+class Wobbly:
+    """``curve`` whose target passes cost its price times a log-normal factor of mean 1."""
+
+    def __init__(self, curve: Curve, seed: int):
+        self.curve = curve
+        self.rng = random.Random(seed)
+
+    def __getattr__(self, name: str):
+        return getattr(self.curve, name)
+
+    def target_seconds(self, k: int) -> float:
+        return self.curve.target_seconds(k) * math.exp(self.rng.gauss(0.0, SIGMA) - SIGMA**2 / 2)
+
+
+@pytest.fixture(scope="module")
+def copying(pair) -> list[Recording]:
+    return [rec for rec in recorded_halves(pair)["test"] if rec.id.startswith(COPY_HEAVY)]
+
+
+def differing(pair, recordings: list[Recording], curve: str, tuning: Tuning = DEFAULT) -> list[str]:
+    """The answers whose decisions differ between two wobbles of ``curve``."""
+    out, quiet = [], CURVES[curve]
+    for rec in recordings:
+        traces = [
+            replay([rec], pair.target, pair.draft, Wobbly(quiet, seed), ("auto",), tuning, quiet)  # type: ignore[arg-type]
+            for seed in (1, 2)
+        ]
+        assert all(t[rec.id]["auto"].exact for t in traces)
+        if traces[0][rec.id]["auto"].trace != traces[1][rec.id]["auto"].trace:
+            out.append(rec.id)
+    return out
+
+
+@pytest.mark.parametrize("curve", ["xeon", "epyc-f26", "cpu-f16", "gpu"])
+def test_an_answer_takes_the_same_decisions_however_the_passes_wobble(pair, copying, curve):
+    assert len(copying) >= 20
+    assert differing(pair, copying, curve) == []
+
+
+def test_counted_on_the_clock_the_decisions_wobble_with_the_passes(pair, copying):
+    """The test above can fail: with no margin, every step is off its price and counted on
+    the clock, as before, and most answers decide otherwise under another wobble."""
+    on_the_clock = dataclasses.replace(DEFAULT, price_margin=1.0)
+    assert len(differing(pair, copying, "xeon", on_the_clock)) > len(copying) // 2

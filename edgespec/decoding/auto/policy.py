@@ -28,6 +28,7 @@ from edgespec.decoding.auto import pricing
 from edgespec.decoding.auto.pricing import Choice
 from edgespec.decoding.auto.state import AnswerState, ModelPrice, OpenProposal, PairState, StepScratch
 from edgespec.decoding.auto.stats import ANY_COPY, HELD, PREDICTED, expected_tokens
+from edgespec.decoding.costs import CostModel
 from edgespec.decoding.drafters import DECODING_DRAFTERS, LOOKUP_DRAFTERS, REGISTRY
 from edgespec.decoding.policy import Plan, StepOutcome, StepView
 
@@ -419,13 +420,17 @@ class AdaptivePolicy:
         return priced - prefill_s, prefill_s, False
 
     def _off_price(self, size: int) -> bool:
-        """Has the pair learned that a pass of ``size`` tokens, a draft token or a return
-        to single tokens costs more than ``price_margin`` off the answer's prices?"""
+        """Has the pair learned that a step with a pass of ``size`` tokens (its Python
+        included: what the clock gives to one or the other is no change of price), a draft
+        token or a return to single tokens costs more than ``price_margin`` off the
+        answer's prices?"""
         margin, live, prices = self.tuning.price_margin, self.pair.costs, self.prices
-        for learned, priced, k in ((live.target, self.costs.target, size), (live.draft, self.costs.draft, 1)):
-            price = priced.estimate(k)
-            if price > 0.0 and not price / margin <= learned.estimate(k) <= price * margin:
-                return True
+        checked = (
+            (_step_s(live, size), _step_s(self.costs, size)),
+            (live.draft.estimate(1), self.costs.draft.estimate(1)),
+        )
+        if any(price > 0.0 and not price / margin <= learned <= price * margin for learned, price in checked):
+            return True
         drift = max(abs(a - b) for a, b in zip(self.pair.return_excess, prices.return_excess, strict=True))
         return drift > (margin - 1.0) * prices.plain_s
 
@@ -557,3 +562,8 @@ class AdaptivePolicy:
                     answer.idle, answer.idle_until = 0, 0  # a copy holds: look at every step again
                 if not hit or proposal.judged == len(proposal.tokens):
                     answer.open.remove(proposal)
+
+
+def _step_s(costs: CostModel, size: int) -> float:
+    """A step with a target pass over ``size`` tokens, its Python included."""
+    return costs.target.estimate(size) + (costs.overhead if size > 1 else costs.plain_overhead)

@@ -30,17 +30,21 @@ SIGMA = 0.12
 
 
 class Wobbly:
-    """``curve`` whose target passes cost its price times a log-normal factor of mean 1."""
+    """``curve`` whose target passes cost its price times ``speed`` times a log-normal
+    factor of mean 1 (``speed``: the machine runs slower or faster than when its profile
+    was measured, every size alike)."""
 
-    def __init__(self, curve: Curve, seed: int):
+    def __init__(self, curve: Curve, seed: int, speed: float = 1.0):
         self.curve = curve
         self.rng = random.Random(seed)
+        self.speed = speed
 
     def __getattr__(self, name: str):
         return getattr(self.curve, name)
 
     def target_seconds(self, k: int) -> float:
-        return self.curve.target_seconds(k) * math.exp(self.rng.gauss(0.0, SIGMA) - SIGMA**2 / 2)
+        wobble = math.exp(self.rng.gauss(0.0, SIGMA) - SIGMA**2 / 2)
+        return self.curve.target_seconds(k) * self.speed * wobble
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +52,14 @@ def copying(pair) -> list[Recording]:
     return [rec for rec in recorded_halves(pair)["test"] if rec.id.startswith(COPY_HEAVY)]
 
 
-def differing(pair, recordings: list[Recording], curve: str, tuning: Tuning = DEFAULT) -> list[str]:
+def differing(
+    pair, recordings: list[Recording], curve: str, tuning: Tuning = DEFAULT, speed: float = 1.0
+) -> list[str]:
     """The answers whose decisions differ between two wobbles of ``curve``."""
     out, quiet = [], CURVES[curve]
     for rec in recordings:
         traces = [
-            replay([rec], pair.target, pair.draft, Wobbly(quiet, seed), ("auto",), tuning, quiet)  # type: ignore[arg-type]
+            replay([rec], pair.target, pair.draft, Wobbly(quiet, seed, speed), ("auto",), tuning, quiet)  # type: ignore[arg-type]
             for seed in (1, 2)
         ]
         assert all(t[rec.id]["auto"].exact for t in traces)
@@ -70,6 +76,14 @@ def differing(pair, recordings: list[Recording], curve: str, tuning: Tuning = DE
 def test_an_answer_takes_the_same_decisions_however_the_passes_wobble(pair, copying, curve):
     assert len(copying) >= 20
     assert differing(pair, copying, curve) == []
+
+
+@pytest.mark.parametrize("speed", [0.7, 1.4])
+def test_a_machine_faster_or_slower_than_its_profile_takes_the_same_decisions(pair, copying, speed):
+    """A VM runs a third faster or slower from one hour to the next, every size alike: what
+    the pair learns of it moves every price together, which changes no decision, so the
+    prices are judged by their shape and the answer keeps them."""
+    assert differing(pair, copying, "epyc-f26", speed=speed) == []
 
 
 def test_counted_on_the_clock_the_decisions_wobble_with_the_passes(pair, copying):

@@ -414,25 +414,38 @@ class AdaptivePolicy:
             return clock, clock_prefill, False
         prefill_s = sum(self.costs.draft.estimate(size) for size, _ in prefill)
         priced = self.prices.step(outcome.gamma, outcome.draft.decodes, priced=self.step.chosen is not None)
-        gross, whole = self.tuning.price_gross, clock + clock_prefill
-        if self._off_price(outcome.gamma + 1) or not priced / gross <= whole <= priced * gross:
+        scale, gross = self._scale(), self.tuning.price_gross
+        expected = priced * scale
+        if (
+            self._off_price(outcome.gamma + 1, scale)
+            or not expected / gross <= clock + clock_prefill <= expected * gross
+        ):
             return clock, clock_prefill, True
         return priced - prefill_s, prefill_s, False
 
-    def _off_price(self, size: int) -> bool:
+    def _scale(self) -> float:
+        """How much slower (> 1) or faster the machine now runs than the answer's prices
+        say, every size alike, as the pair has learned a plain step: no decision changes
+        with it (every price, every worst case and the allowance scale together), so the
+        prices are judged by their shape, not by their level. A VM's speed drifts by a
+        third between minutes, and that alone must not start decisions the noise picks."""
+        return _step_s(self.pair.costs, 1) / _step_s(self.costs, 1)
+
+    def _off_price(self, size: int, scale: float) -> bool:
         """Has the pair learned that a step with a pass of ``size`` tokens (its Python
-        included: what the clock gives to one or the other is no change of price), a draft
-        token or a return to single tokens costs more than ``price_margin`` off the
-        answer's prices?"""
+        included: what the clock gives to one or the other is no change of price) or a
+        return to single tokens costs more than ``price_margin`` off the answer's prices,
+        these scaled by ``scale``? (Not the draft model's tokens: the draft's cost is
+        learned only while it drafts, so beside a target that sped up or slowed down it
+        would look off by the target's drift alone; a draft far off its price is caught
+        by ``price_gross``.)"""
         margin, live, prices = self.tuning.price_margin, self.pair.costs, self.prices
-        checked = (
-            (_step_s(live, size), _step_s(self.costs, size)),
-            (live.draft.estimate(1), self.costs.draft.estimate(1)),
-        )
-        if any(price > 0.0 and not price / margin <= learned <= price * margin for learned, price in checked):
+        price = _step_s(self.costs, size) * scale
+        if not price / margin <= _step_s(live, size) <= price * margin:
             return True
-        drift = max(abs(a - b) for a, b in zip(self.pair.return_excess, prices.return_excess, strict=True))
-        return drift > (margin - 1.0) * prices.plain_s
+        pairs = zip(self.pair.return_excess, prices.return_excess, strict=True)
+        drift = max(abs(learned - price * scale) for learned, price in pairs)
+        return drift > (margin - 1.0) * prices.plain_s * scale
 
     def _returning(self, outcome: StepOutcome) -> int | None:
         """0 or 1 for the first or second plain step after a drafting step's pass (on a GPU

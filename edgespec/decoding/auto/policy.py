@@ -60,8 +60,7 @@ class AdaptivePolicy:
     ):
         self.pair = pair
         self.tuning = pair.tuning
-        self.prices = pair.prices()
-        self.costs = self.prices.costs  # the answer's prices (the pair's costs go on learning)
+        self._take_prices()
         self.stats = pair.stats
         self.allowed = drafters
         # The allowed drafter priced by the draft model's decodes (the registry declares
@@ -81,10 +80,15 @@ class AdaptivePolicy:
     def begin(self) -> None:
         """A new answer: fresh answer state, and the pair's evidence softened."""
         self.pair.begin_answer()
-        self.prices = self.pair.prices()
-        self.costs = self.prices.costs
+        self._take_prices()
         self.answer = AnswerState(self.tuning)
         self.step = StepScratch()
+
+    def _take_prices(self) -> None:
+        """The answer prices its steps from now on at the pair's costs as learned so far
+        (``self.costs``: those prices' cost model; the pair's own goes on learning)."""
+        self.prices = self.pair.prices()
+        self.costs = self.prices.costs
 
     # -- planning -------------------------------------------------------------------------
 
@@ -391,8 +395,7 @@ class AdaptivePolicy:
         self._learn_realized(outcome, step_s)
         self._learn_costs(outcome, on_clock)
         if on_clock:
-            self.prices = self.pair.prices()
-            self.costs = self.prices.costs
+            self._take_prices()
         if outcome.drafter == self.decoding:
             self._learn_model(outcome)
         self._judge_open_proposals(outcome.new_tokens)

@@ -32,6 +32,33 @@ def held_runs(proposals: list[int], answer: list[int], start: int) -> int:
     return common_prefix(proposals, answer[start:])
 
 
+def lookup_proposals(
+    target: Model,
+    prompt: list[int],
+    answer: list[int],
+    longest: int,
+    grammar: GrammarSpec | None = None,
+    prediction: list[int] | None = None,
+) -> list[dict[str, list[int]]]:
+    """For every answer position i: what each of the lookups (copy, n-gram, reflow, and
+    the grammar's where the answer has one), asked after answer[:i] (with ``prediction``
+    as the request's Predicted Output), proposes, at most ``longest`` tokens and no further
+    than the answer's end. (Position 0, the token the prompt's prefill makes, has none: no
+    step drafts it.)"""
+    # the lookups auto chooses among, built and asked as an answer's generation does
+    constraint = Constraint(target, grammar) if grammar is not None else None
+    drafters = Engine(target).free_drafters(AnswerSetup(prompt, prediction or [], constraint))
+    along: list[dict[str, list[int]]] = [{}]
+    for i in range(1, len(answer)):
+        context = prompt + answer[:i]
+        if constraint is not None:
+            constraint.commit(answer[i - 1 : i])
+        proposals = StepProposals(drafters, context)
+        wanted = min(longest, len(answer) - i)
+        along.append({name: list(proposals.get(name, wanted).tokens) for name in drafters})
+    return along
+
+
 def lookup_runs(
     target: Model,
     prompt: list[int],
@@ -41,22 +68,11 @@ def lookup_runs(
     prediction: list[int] | None = None,
 ) -> list[int]:
     """For every answer position i: the most tokens from i on that one of the lookups
-    (copy, n-gram, reflow, and the grammar's where the answer has one), asked after
-    answer[:i] (with ``prediction`` as the request's Predicted Output), proposes right.
-    (Position 0, the token the prompt's prefill makes, is 0: no step drafts it.)"""
-    # the lookups auto chooses among, built and asked as an answer's generation does
-    constraint = Constraint(target, grammar) if grammar is not None else None
-    drafters = Engine(target).free_drafters(AnswerSetup(prompt, prediction or [], constraint))
-    runs = [0] * len(answer)
-    for i in range(1, len(answer)):
-        context = prompt + answer[:i]
-        if constraint is not None:
-            constraint.commit(answer[i - 1 : i])
-        proposals = StepProposals(drafters, context)
-        for name in drafters:
-            proposal = proposals.get(name, min(longest, len(answer) - i))
-            runs[i] = max(runs[i], held_runs(list(proposal.tokens), answer, i))
-    return runs
+    proposes right (``lookup_proposals``; 0 at position 0)."""
+    along = lookup_proposals(target, prompt, answer, longest, grammar, prediction)
+    return [
+        max((held_runs(p, answer, i) for p in by_name.values()), default=0) for i, by_name in enumerate(along)
+    ]
 
 
 def model_runs(guesses: list[int], answer: list[int]) -> list[int]:

@@ -84,7 +84,8 @@ def constructed(pair, old: str = "summarize_block", new: str = "fold_window") ->
     preamble = (
         "The function is renamed below; nothing else changes. Callers that import it under "
         "its old name must be updated as well, and the tests that refer to it by name too, "
-        "so that the whole module keeps passing after the change is made.\n\n"
+        "so that the whole module keeps passing after the change is made. Nothing in its body "
+        "changes: the same sums, the same limits and the same offsets stay where they were.\n\n"
     )
     answer = preamble + "```python\n" + code.replace("summarize_block", new) + "```\n"
     tokens = pair.target.tokenize(prompt, add_special=False)
@@ -103,20 +104,25 @@ def constructed(pair, old: str = "summarize_block", new: str = "fold_window") ->
 
 def test_a_copy_that_misses_at_its_start_is_taken_up_again_and_ends_ahead(pair):
     """On the steepest curve (two tokens verified cost two, sixteen cost 6.7): a session
-    whose first answer copied the code as it was, and whose second says a few words, then
-    renames what the code defines. Where the copy starts, the lookup over the earlier
-    answer proposes the old name and misses. The answer is then behind plain decoding and
-    decodes plainly until its allowance covers a draft again; the copy still holds, is
-    drafted again, soon 16 tokens and more a step, and the answer ends ahead."""
+    whose first answer copied the code as it was, and whose second says the same words,
+    then renames what the code defines. Where the copy starts, the lookup over the earlier
+    answer proposes the old name and misses; the copy of the prompt still holds after the
+    name, is drafted again, soon 16 tokens and more a step, and the answer ends ahead."""
     clean = dataclasses.replace(constructed(pair, new="summarize_block"), id="as-it-was")
     rec = constructed(pair)
     assert len(rec.answer) > 250
     results = replay([clean, rec], pair.target, pair.draft, CURVES["epyc-f26"], PLAYED)
     auto = results[rec.id]["auto"]
     assert auto.exact
-    drafted = [i for i, (_, gamma, _, _) in enumerate(auto.trace) if gamma]
-    first = auto.trace[drafted[0]]
-    assert first[2] == 0, first  # the copy's first draft: the old name, missed
-    after = auto.trace[drafted[0] + 1 :]
-    assert max(accepted for _, _, accepted, _ in after) >= 15, after  # the copy, drafted long
+    pairs = enumerate(zip(clean.answer, rec.answer, strict=False))
+    renamed = next(i for i, (was, now) in pairs if was != now)
+    position, missed, after = 1, None, []
+    for _, gamma, accepted, _ in auto.trace:
+        if missed is not None:
+            after.append(accepted)
+        elif gamma and position <= renamed < position + gamma:
+            missed = position + accepted  # the draft over the old name: where it broke
+        position += accepted + 1
+    assert missed == renamed, (missed, renamed)  # it broke at the old name
+    assert max(after) >= 15, after  # the copy, drafted long again
     assert auto.decode_tps > 1.1 * results[rec.id]["target only"].decode_tps

@@ -1,4 +1,5 @@
-"""The same answer takes the same decisions however the machine's passes wobble.
+"""The same answer, and the same session, take the same decisions however the machine's
+passes wobble.
 
 An answer counts its steps at the prices it started with (``auto.state.Prices``), not on
 the clock: counted on the clock, a pass the machine happened to make slow moved the
@@ -76,6 +77,23 @@ def differing(
 def test_an_answer_takes_the_same_decisions_however_the_passes_wobble(pair, copying, curve):
     assert len(copying) >= 20
     assert differing(pair, copying, curve) == []
+
+
+@pytest.mark.parametrize("curve", ["xeon", "epyc-f26", "cpu-f16", "gpu", "h200"])
+def test_a_session_takes_the_same_decisions_however_the_passes_wobble(pair, copying, curve):
+    """The copy-heavy half as one session, as ``edgespec bench`` or a server answers it:
+    every answer after the first starts at the prices the first started at, while what
+    the pair learned since fits them (``PairState.prices``), so no pass the noise made
+    slow in one answer moves the next one's decisions. Taken afresh at every answer, the
+    prices carried each session's noise: 15-21 of these 22 answers decided otherwise under
+    another wobble."""
+    quiet = CURVES[curve]
+    runs = [
+        replay(copying, pair.target, pair.draft, Wobbly(quiet, seed), ("auto",), DEFAULT, quiet)  # type: ignore[arg-type]
+        for seed in (1, 2)
+    ]
+    differ = [rec.id for rec in copying if runs[0][rec.id]["auto"].trace != runs[1][rec.id]["auto"].trace]
+    assert differ == [], curve
 
 
 @pytest.mark.parametrize("speed", [0.7, 1.4])

@@ -28,7 +28,6 @@ from edgespec.decoding.auto import pricing
 from edgespec.decoding.auto.pricing import Choice
 from edgespec.decoding.auto.state import AnswerState, ModelPrice, OpenProposal, PairState, StepScratch
 from edgespec.decoding.auto.stats import ANY_COPY, HELD, PREDICTED, expected_tokens
-from edgespec.decoding.costs import CostModel
 from edgespec.decoding.drafters import DECODING_DRAFTERS, LOOKUP_DRAFTERS, REGISTRY
 from edgespec.decoding.policy import Plan, StepOutcome, StepView
 
@@ -85,8 +84,8 @@ class AdaptivePolicy:
         self.step = StepScratch()
 
     def _take_prices(self) -> None:
-        """The answer prices its steps from now on at the pair's costs as learned so far
-        (``self.costs``: those prices' cost model; the pair's own goes on learning)."""
+        """The answer prices its steps from now on at the pair's prices (``self.costs``:
+        their cost model; the pair's own goes on learning)."""
         self.prices = self.pair.prices()
         self.costs = self.prices.costs
 
@@ -394,7 +393,7 @@ class AdaptivePolicy:
         self._learn_surplus(outcome, step_s + prefill_s)
         self._learn_realized(outcome, step_s)
         self._learn_costs(outcome, on_clock)
-        if on_clock:
+        if on_clock:  # (a pass the machine stalled once changes no price; a machine that changed does)
             self._take_prices()
         if outcome.drafter == self.decoding:
             self._learn_model(outcome)
@@ -408,8 +407,9 @@ class AdaptivePolicy:
         machine slowed down: one slow pass moves what is learned by a third of its
         surprise, a machine that changed moves it past the margin within a few), or the
         step's own clock is off its price by more than ``price_gross`` (no noise is); then
-        on the clock, and the answer prices its next steps by the pair's costs. A step
-        shared with other answers is counted on the clock: its price depends on theirs."""
+        on the clock, and the answer takes the pair's prices again (new ones only where the
+        held ones no longer fit: ``PairState.prices``). A step shared with other answers is
+        counted on the clock: its price depends on theirs."""
         prefill = [(size, s) for size, s in outcome.draft.decodes if size > self.tuning.prefill_batch]
         clock_prefill = sum(s for _, s in prefill)
         clock = outcome.draft.seconds - clock_prefill + outcome.verify_s + outcome.overhead_s
@@ -417,38 +417,14 @@ class AdaptivePolicy:
             return clock, clock_prefill, False
         prefill_s = sum(self.costs.draft.estimate(size) for size, _ in prefill)
         priced = self.prices.step(outcome.gamma, outcome.draft.decodes, priced=self.step.chosen is not None)
-        scale, gross = self._scale(), self.tuning.price_gross
+        scale, gross = self.pair.scale(self.prices), self.tuning.price_gross
         expected = priced * scale
         if (
-            self._off_price(outcome.gamma + 1, scale)
+            self.pair.off_price(self.prices, outcome.gamma + 1, scale)
             or not expected / gross <= clock + clock_prefill <= expected * gross
         ):
             return clock, clock_prefill, True
         return priced - prefill_s, prefill_s, False
-
-    def _scale(self) -> float:
-        """How much slower (> 1) or faster the machine now runs than the answer's prices
-        say, every size alike, as the pair has learned a plain step: no decision changes
-        with it (every price, every worst case and the allowance scale together), so the
-        prices are judged by their shape, not by their level. A VM's speed drifts by a
-        third between minutes, and that alone must not start decisions the noise picks."""
-        return _step_s(self.pair.costs, 1) / _step_s(self.costs, 1)
-
-    def _off_price(self, size: int, scale: float) -> bool:
-        """Has the pair learned that a step with a pass of ``size`` tokens (its Python
-        included: what the clock gives to one or the other is no change of price) or a
-        return to single tokens costs more than ``price_margin`` off the answer's prices,
-        these scaled by ``scale``? (Not the draft model's tokens: the draft's cost is
-        learned only while it drafts, so beside a target that sped up or slowed down it
-        would look off by the target's drift alone; a draft far off its price is caught
-        by ``price_gross``.)"""
-        margin, live, prices = self.tuning.price_margin, self.pair.costs, self.prices
-        price = _step_s(self.costs, size) * scale
-        if not price / margin <= _step_s(live, size) <= price * margin:
-            return True
-        pairs = zip(self.pair.return_excess, prices.return_excess, strict=True)
-        drift = max(abs(learned - price * scale) for learned, price in pairs)
-        return drift > (margin - 1.0) * prices.plain_s * scale
 
     def _returning(self, outcome: StepOutcome) -> int | None:
         """0 or 1 for the first or second plain step after a drafting step's pass (on a GPU
@@ -578,8 +554,3 @@ class AdaptivePolicy:
                     answer.idle, answer.idle_until = 0, 0  # a copy holds: look at every step again
                 if not hit or proposal.judged == len(proposal.tokens):
                     answer.open.remove(proposal)
-
-
-def _step_s(costs: CostModel, size: int) -> float:
-    """A step with a target pass over ``size`` tokens, its Python included."""
-    return costs.target.estimate(size) + (costs.overhead if size > 1 else costs.plain_overhead)

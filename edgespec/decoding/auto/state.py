@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ class PairState:
         # A step that priced its options and decoded plainly: its Python (lookups and
         # pricing included), learned as ``bare_overhead`` is. None before any.
         self.pricing_overhead: float | None = None
+        # The prices answers start at, held from one answer to the next while they fit
+        # what the pair has learned (``prices``). None before the first answer.
+        self.held: Prices | None = None
 
     def learn_bare_overhead(self, seconds: float) -> None:
         """A step that priced nothing took ``seconds`` of Python (the first one seen
@@ -55,15 +59,87 @@ class PairState:
         self.pricing_overhead = seconds if old is None else (1 - ema) * old + ema * seconds
 
     def prices(self) -> Prices:
-        """What an answer starting now prices its steps at, and counts them at: the costs
-        learned so far, fixed for the answer (see ``Prices``)."""
+        """What an answer starting now (or one whose step was counted on the clock) prices
+        its steps at, and counts them at (see ``Prices``): the prices the last answer started
+        at, while they fit what the pair has learned since (``fits``), else the costs as
+        learned so far. Taken afresh at every answer, the prices of a session's later answers
+        moved with every pass the machine happened to make slow, and the same prompt in two
+        processes took other decisions from its session's second answer on. A step's
+        Python is held apart (``python_fits``): where it moved, the held prices take what
+        was learned of it and keep their passes, so that no pass's noise comes in with it."""
+        held = self.held
+        if held is None or not self.fits(held):
+            self.held = self._learned_prices()
+        elif not self.python_fits(held):
+            costs = copy.deepcopy(held.costs)
+            costs.overhead, costs.plain_overhead, bare, pricing = self._python()
+            self.held = dataclasses.replace(held, costs=costs, bare_s=bare, pricing_s=pricing)
+        return self.held
+
+    def _learned_prices(self) -> Prices:
         costs = copy.deepcopy(self.costs)
+        _, _, bare, pricing = self._python()
+        excess = (self.return_excess[0], self.return_excess[1])
+        return Prices(costs, self.steady_plain(costs), bare, pricing, excess)
+
+    def _python(self) -> tuple[float, float, float, float]:
+        """A step's Python as learned so far, as ``Prices.python`` has it."""
+        costs = self.costs
         bare = costs.plain_overhead if self.bare_overhead is None else self.bare_overhead
         # (before any such step: a drafting step's, which looks up and prices as it does)
         looked = costs.overhead if self.pricing_overhead is None else self.pricing_overhead
-        pricing = max(looked - bare, 0.0)
-        excess = (self.return_excess[0], self.return_excess[1])
-        return Prices(costs, self.steady_plain(costs), bare, pricing, excess)
+        return costs.overhead, costs.plain_overhead, bare, max(looked - bare, 0.0)
+
+    def python_fits(self, prices: Prices) -> bool:
+        """Is each of a step's Python figures in ``prices`` within ``price_python`` of a
+        plain step of what the pair has learned? On a CPU's step of 30-90 ms that is a few
+        tenths of a millisecond, which no jitter of the Python reaches; on an H200's 2 ms
+        step, where the Python is a fifth of the step, the prices follow what is learned."""
+        tolerance = self.tuning.price_python * step_seconds(self.costs, 1)
+        return all(
+            abs(now - then) <= tolerance for now, then in zip(self._python(), prices.python(), strict=True)
+        )
+
+    def scale(self, prices: Prices) -> float:
+        """How much slower (> 1) or faster the machine now runs than ``prices`` say, every
+        size alike, as the pair has learned a plain step: no decision changes with it
+        (every price, every worst case and the allowance scale together), so prices are
+        judged by their shape, not by their level. A VM's speed drifts by a third between
+        minutes, and that alone must not start decisions the noise picks."""
+        return step_seconds(self.costs, 1) / step_seconds(prices.costs, 1)
+
+    def off_price(self, prices: Prices, size: int, scale: float) -> bool:
+        """Has the pair learned that a step with a pass of ``size`` tokens (its Python
+        included: what the clock gives to one or the other is no change of price) or a
+        return to single tokens costs more than ``price_margin`` off ``prices``, these
+        scaled by ``scale``? (Not the draft model's tokens: see ``fits``.)"""
+        margin = self.tuning.price_margin
+        price = step_seconds(prices.costs, size) * scale
+        if not price / margin <= step_seconds(self.costs, size) <= price * margin:
+            return True
+        pairs = zip(self.return_excess, prices.return_excess, strict=True)
+        drift = max(abs(learned - held * scale) for learned, held in pairs)
+        return drift > (margin - 1.0) * prices.plain_s * scale
+
+    def fits(self, prices: Prices) -> bool:
+        """Do ``prices`` still fit what the pair has learned? A step of every pass size (its
+        Python included: how a clock shares a step out between the pass and the Python is
+        no change of price) and a steady plain pass within ``price_margin`` in shape
+        (``off_price``): one pass's noise moves what is learned by some 4 %. The draft
+        model's token is judged by what it moved, not scaled: it is learned only while the
+        draft drafts, so beside a target that sped up or slowed down since, it would look
+        off by the target's drift alone."""
+        scale, margin = self.scale(prices), self.tuning.price_margin
+        if any(self.off_price(prices, size, scale) for size in range(1, self.costs.target.k_max + 1)):
+            return False
+        # (a steady plain pass beside a single-token pass as the curve prices it: shape
+        # again, and no Python in either)
+        then = prices.plain_s / prices.costs.target.estimate(1)
+        now = self.steady_plain(self.costs) / self.costs.target.estimate(1)
+        if not then / margin <= now <= then * margin:
+            return False
+        held, learned = prices.costs.draft.estimate(1), self.costs.draft.estimate(1)
+        return not held > 0.0 or held / margin <= learned <= held * margin  # (no draft: nothing to judge)
 
     def learn_steady_plain(self, costs: CostModel, seconds: float) -> None:
         """A steady plain step's pass took ``seconds`` (moving from the profile's price)."""
@@ -119,6 +195,11 @@ class Prices:
     bare_s: float  # a plain step's Python with nothing priced (what --drafter none pays)
     pricing_s: float  # what a step that priced its options and decoded plainly paid beyond that
     return_excess: tuple[float, float]  # the first and second plain step after drafting, beyond a plain one
+
+    def python(self) -> tuple[float, float, float, float]:
+        """A step's Python: a drafting step's and a plain step's (the cost model's), a
+        plain step's with nothing priced, and what pricing adds to that."""
+        return self.costs.overhead, self.costs.plain_overhead, self.bare_s, self.pricing_s
 
     def plain_step(self) -> float:
         """A plain step as ``--drafter none`` takes it."""
@@ -207,3 +288,8 @@ class StepScratch:
     expected: float = 1.0  # expected tokens of the model draft being built
     included_p: float = 1.0  # chance that every draft included so far is accepted
     first_draft_s: float = 0.0  # the draft's first decode (its catch-up)
+
+
+def step_seconds(costs: CostModel, size: int) -> float:
+    """A step with a target pass over ``size`` tokens, its Python included."""
+    return costs.target.estimate(size) + (costs.overhead if size > 1 else costs.plain_overhead)

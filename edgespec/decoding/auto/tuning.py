@@ -101,6 +101,10 @@ class Tuning:
     # machines, some 12 %, moves what is learned by 4 %)
     price_margin: float = 1.25
     price_gross: float = 3.0  # ... or the step's own clock is off its price by more than this
+    # An answer starts at the prices the last one started at while they fit what the pair
+    # learned since (``price_margin``), and a step's Python while it stays within this share
+    # of a plain step of what was learned (a third of what the allowance grows by a token)
+    price_python: float = 0.01
 
 
 DEFAULT = Tuning()

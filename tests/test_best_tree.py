@@ -13,7 +13,7 @@ import random
 import pytest
 
 from edgespec.bench.best_tree import Tree, best_ratios, tree_seconds, tree_size, trees
-from edgespec.bench.ceiling import ceiling_ratios, fastest_seconds, held_runs, lookup_proposals, model_runs
+from edgespec.bench.ceiling import ceiling_ratios, fastest_seconds, lookup_proposals, lookup_runs, model_runs
 from edgespec.bench.replay import CURVES
 
 ANSWER = list(range(100, 160))
@@ -98,9 +98,7 @@ def test_the_best_tree_lies_between_the_best_single_configuration_and_the_ceilin
     step_s = lambda k: 1.0 + steep * (k - 1)  # noqa: E731
     draft_token_s = rng.uniform(0.0, 0.4)
     single, tree = best_ratios(along, answer, model, step_s, draft_token_s)
-    lookup = [
-        max((held_runs(p, answer, i) for p in by_name.values()), default=0) for i, by_name in enumerate(along)
-    ]
+    lookup = lookup_runs(along, answer)
     ceiling = (n - 1) * step_s(1) / fastest_seconds(lookup, model, step_s, draft_token_s, 63)
     assert 1.0 - 1e-9 <= single <= tree <= ceiling * (1 + 1e-9)
 

@@ -12,7 +12,14 @@ import random
 
 import pytest
 
-from edgespec.bench.ceiling import ceiling_ratios, fastest_seconds, held_runs, lookup_runs, model_runs
+from edgespec.bench.ceiling import (
+    ceiling_ratios,
+    fastest_seconds,
+    held_runs,
+    lookup_proposals,
+    lookup_runs,
+    model_runs,
+)
 from edgespec.bench.holds import Holds
 from edgespec.bench.replay import BEST_FIXED, CURVES, FIXED_GRID, add_best_fixed, add_ceiling, replay
 
@@ -76,7 +83,7 @@ def test_runs_count_what_the_answer_confirms():
 def test_the_lookups_find_a_copy_of_the_prompt(pair):
     prompt = pair.target.tokenize("Repeat exactly: the quick brown fox jumps over the lazy dog.\n")
     answer = pair.target.tokenize("the quick brown fox jumps over the lazy dog.", add_special=False)
-    runs = lookup_runs(pair.target, prompt, answer, 64)
+    runs = lookup_runs(lookup_proposals(pair.target, prompt, answer, 64), answer)
     assert runs[0] == 0
     # once the answer has started copying, the rest is proposed right to its end
     assert runs[2:] == [len(answer) - i for i in range(2, len(answer))]

@@ -59,17 +59,10 @@ def lookup_proposals(
     return along
 
 
-def lookup_runs(
-    target: Model,
-    prompt: list[int],
-    answer: list[int],
-    longest: int,
-    grammar: GrammarSpec | None = None,
-    prediction: list[int] | None = None,
-) -> list[int]:
+def lookup_runs(along: list[dict[str, list[int]]], answer: list[int]) -> list[int]:
     """For every answer position i: the most tokens from i on that one of the lookups
-    proposes right (``lookup_proposals``; 0 at position 0)."""
-    along = lookup_proposals(target, prompt, answer, longest, grammar, prediction)
+    proposes right, given their proposals ``along`` the answer (``lookup_proposals``; 0 at
+    position 0)."""
     return [
         max((held_runs(p, answer, i) for p in by_name.values()), default=0) for i, by_name in enumerate(along)
     ]
@@ -143,7 +136,7 @@ def ceiling_ratios(
     sequence = answer + ([end_token] if end_token is not None else [])
     if len(sequence) < 2:
         return 1.0, 1.0
-    lookup = lookup_runs(target, prompt, sequence, longest, grammar, prediction)
+    lookup = lookup_runs(lookup_proposals(target, prompt, sequence, longest, grammar, prediction), sequence)
     model = None if guesses is None else model_runs(guesses, sequence)
     plain = (len(sequence) - 1) * verify_s(1)
     lookups_alone = plain / fastest_seconds(lookup, None, verify_s, draft_token_s, longest)

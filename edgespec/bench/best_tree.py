@@ -19,15 +19,15 @@ ceiling is knowing where proposals break, and no tree buys that.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import product
 
-from edgespec.bench.ceiling import ceiling_ratios, held_runs, lookup_proposals, model_runs
+from edgespec.bench.ceiling import fastest_seconds, held_runs, lookup_proposals, lookup_runs, model_runs
 from edgespec.bench.recording import Recording, recorded_corpus
 from edgespec.bench.replay import CURVES, Curve, replay
+from edgespec.bench.runner import geomean
 from edgespec.errors import run_reporting_errors
 
 LOOKUP_TOKENS = (0, 4, 8, 16, 32)  # each lookup's proposal, cut to this many tokens
@@ -49,7 +49,7 @@ class Tree:
     def single(self) -> bool:
         """One proposal per step (or none): what a controller without trees can verify."""
         one_lookup = self.lookups is not None and len(self.lookups) == 1
-        return (self.lookup_tokens == 0 or one_lookup) and (self.lookup_tokens == 0 or self.model_tokens == 0)
+        return self.lookup_tokens == 0 or (one_lookup and self.model_tokens == 0)
 
 
 def tree_size(proposals: Iterable[list[int]]) -> int:
@@ -113,16 +113,12 @@ def best_ratios(
     return single, tree
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def compare(lm, recordings: list[Recording], curve: Curve) -> dict[str, dict[str, float]]:
     """Per category (and "all"): geometric means of auto's replayed ratio, the best single
     configuration's, the best tree's and the ceiling's."""
     replayed = replay(recordings, lm.target, lm.draft, curve, ("target only", "auto"))
     rows: dict[str, dict[str, list[float]]] = {rec.category: {} for rec in recordings} | {"all": {}}
-    longest = max(LOOKUP_TOKENS)
+    longest = lm.target.options.max_outputs - 1  # (the ceiling's; each tree cuts its own)
     for rec in recordings:
         # an answer that ended has one more step to take, the one that makes its end (as
         # the replay and the ceiling count it)
@@ -130,16 +126,17 @@ def compare(lm, recordings: list[Recording], curve: Curve) -> dict[str, dict[str
         along = lookup_proposals(lm.target, rec.prompt, sequence, longest)
         runs = model_runs(rec.guesses, sequence)
         single, tree = best_ratios(along, sequence, runs, curve.step_seconds, curve.draft_seconds(1))
-        ceiling, _ = ceiling_ratios(
-            lm.target, rec.prompt, rec.answer, rec.guesses, curve.step_seconds, curve.draft_seconds(1),
-            lm.target.options.max_outputs - 1, lm.target.eos if rec.ended else None,
-        )  # fmt: skip
+        plain = (len(sequence) - 1) * curve.step_seconds(1)
+        fastest = fastest_seconds(
+            lookup_runs(along, sequence), runs, curve.step_seconds, curve.draft_seconds(1), longest
+        )
+        ceiling = plain / fastest if len(sequence) > 1 else 1.0
         ran = replayed[rec.id]
         auto = ran["auto"].decode_tps / ran["target only"].decode_tps
         for key in (rec.category, "all"):
             for label, value in zip(LABELS, (auto, single, tree, ceiling), strict=True):
                 rows[key].setdefault(label, []).append(value)
-    return {key: {label: _geomean(v) for label, v in row.items()} for key, row in rows.items()}
+    return {key: {label: geomean(v) for label, v in row.items()} for key, row in rows.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,13 +113,17 @@ class PairState:
         included: what the clock gives to one or the other is no change of price) or a
         return to single tokens costs more than ``price_margin`` off ``prices``, these
         scaled by ``scale``? (Not the draft model's tokens: see ``fits``.)"""
+        return self._step_off(prices, size, scale) or self._return_off(prices, scale)
+
+    def _step_off(self, prices: Prices, size: int, scale: float) -> bool:
         margin = self.tuning.price_margin
         price = step_seconds(prices.costs, size) * scale
-        if not price / margin <= step_seconds(self.costs, size) <= price * margin:
-            return True
+        return not price / margin <= step_seconds(self.costs, size) <= price * margin
+
+    def _return_off(self, prices: Prices, scale: float) -> bool:
         pairs = zip(self.return_excess, prices.return_excess, strict=True)
         drift = max(abs(learned - held * scale) for learned, held in pairs)
-        return drift > (margin - 1.0) * prices.plain_s * scale
+        return drift > (self.tuning.price_margin - 1.0) * prices.plain_s * scale
 
     def fits(self, prices: Prices) -> bool:
         """Do ``prices`` still fit what the pair has learned? A step of every pass size (its
@@ -130,7 +134,8 @@ class PairState:
         draft drafts, so beside a target that sped up or slowed down since, it would look
         off by the target's drift alone."""
         scale, margin = self.scale(prices), self.tuning.price_margin
-        if any(self.off_price(prices, size, scale) for size in range(1, self.costs.target.k_max + 1)):
+        sizes = range(1, self.costs.target.k_max + 1)
+        if self._return_off(prices, scale) or any(self._step_off(prices, size, scale) for size in sizes):
             return False
         # (a steady plain pass beside a single-token pass as the curve prices it: shape
         # again, and no Python in either)

@@ -1,4 +1,5 @@
-"""Start the edgespec chat app: ``python app.py [--host H] [--port P] [--target T] [--draft D] [--ctx N]``.
+"""Start the edgespec chat app: ``python app.py [--host H] [--port P] [--target T] [--draft D] [--ctx N]
+[--models-dir DIR …]``.
 
 The model pair is loaded once, before the server starts, and shared by every session. A
 pair that cannot be loaded is reported as one line and exit code 2, like the CLI.
@@ -40,8 +41,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-disk-gib", type=float, default=DEFAULT_DISK_GIB,
                         help=f"the most those states may take on disk, least recently used removed "
                              f"first (default {DEFAULT_DISK_GIB:g}; 0: memory only)")  # fmt: skip
+    parser.add_argument("--models-dir", type=Path, action="append", default=None, metavar="DIR",
+                        help="a folder of GGUF files for the model picker to offer, beside LM Studio's, "
+                             "Ollama's, Jan's, the Hugging Face cache and llama.cpp's cache "
+                             "(repeatable; used where they are, never copied)")  # fmt: skip
+    parser.add_argument("--attachment-limit-mb", type=float, default=None, metavar="MB",
+                        help="the largest file a message may attach, in MB (default 32; kept "
+                             "in the chat store)")  # fmt: skip
     add_rpc_flags(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.attachment_limit_mb is not None and args.attachment_limit_mb <= 0:
+        parser.error(f"--attachment-limit-mb must be above 0 (got {args.attachment_limit_mb:g})")
+    for folder in args.models_dir or ():
+        if not folder.expanduser().is_dir():
+            parser.error(f"--models-dir {folder}: not a folder")
+    return args
 
 
 def load_pair(args: argparse.Namespace, choice: PairChoice | None = None) -> EdgeSpec:
@@ -80,7 +94,10 @@ def open_store(args: argparse.Namespace):
     """The chats' store (a file that cannot be read is set aside: the store says so)."""
     from edgespec.ui.chat_store import ChatStore, default_data_dir
 
-    return ChatStore.open(args.data_dir or default_data_dir())
+    store = ChatStore.open(args.data_dir or default_data_dir())
+    if args.attachment_limit_mb is not None:
+        store.set_attachment_limit(int(args.attachment_limit_mb * 1_000_000))
+    return store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     from edgespec.ui.layout import build_app, launch_app
     from edgespec.ui.pair import PairChoice
 
-    demo = build_app(lm, store=store, loader=lambda choice: load_pair(args, choice))
+    demo = build_app(
+        lm, store=store, loader=lambda choice: load_pair(args, choice), models_dirs=args.models_dir
+    )
     demo.pair.loaded_as(PairChoice(args.target, args.draft))  # type: ignore[attr-defined]
     if store.notice:
         print(f"edgespec: {store.notice}", file=sys.stderr, flush=True)

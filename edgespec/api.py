@@ -10,6 +10,8 @@
     answer = lm.start(lm.request("Explain caches", chat=True))   # one answer, as an object
     ...                                               # answer.stop() from any thread
     for event in lm.events(answer): ...
+    reading = lm.read_ahead(lm.prompt_prefix_tokens(history, attached))  # while the question is typed
+    reading.progress()                                # (tokens read, of all)
 
 Models are resolved like everywhere else (a path, a cached catalog name, the hub, the
 package registry); the pair is checked for vocabulary compatibility before anything runs.
@@ -33,6 +35,7 @@ from edgespec.decoding.generation import Generation
 from edgespec.decoding.grammar import GrammarSpec, compile_grammar, json_object_grammar, schema_grammar
 from edgespec.decoding.penalties import DEFAULT_LAST_N, Penalties
 from edgespec.decoding.policy import Policy
+from edgespec.decoding.read_ahead import ReadAhead
 from edgespec.decoding.request import GenerationSettings, Request
 from edgespec.decoding.runner import END
 from edgespec.decoding.sampling import SamplingParams
@@ -40,16 +43,27 @@ from edgespec.errors import EdgespecError, RequestError
 from edgespec.models import catalog
 from edgespec.models.pairing import choose_draft
 from edgespec.models.resolve import resolve
-from edgespec.runtime.chat_template import chat_tokens
+from edgespec.runtime.chat_template import chat_tokens, render
 from edgespec.runtime.compat import check_pair, precheck
 from edgespec.runtime.messages import check_conversation, normalise_messages
 from edgespec.runtime.model import LoadOptions, Model, init_backend
 from edgespec.runtime.prompt_cache import CacheOptions, PromptCache
+from edgespec.runtime.tokens import common_prefix
 
 DEFAULT = "default"
 
 
 DEFAULT_MAX_GAMMA = MAX_GAMMA
+# Where a message being typed ends in its rendering (``prompt_prefix_tokens``): text no
+# message holds, whose characters no template changes.
+_CUT = "\u2063edgespec-read-ahead-cut\u2063"
+# Texts that may follow where the typing stopped, one of each kind the tokenizer splits text
+# into (letters, digits, punctuation, spaces, line breaks): the tokens every one of them
+# leaves alone are the prompt's, whatever is typed next.
+_PROBES = ("a", " a", "A", "1", " 1", ".", ",", " ", "\n", "\n\n", "\u00e9", "\u4e2d")
+# Tokens dropped before the last one every probe kept: what a longer text typed next could
+# still merge with (a word it continues).
+PREFIX_MARGIN = 4
 
 
 @dataclass(frozen=True)
@@ -188,6 +202,41 @@ class EdgeSpec:
         check_conversation(messages)
         return chat_tokens(self.target, messages, tools=tools, **template_kwargs)
 
+    def prompt_prefix_tokens(
+        self,
+        messages: list[dict[str, Any]],
+        partial_user: str,
+        *,
+        system: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        **template_kwargs: Any,
+    ) -> list[int]:
+        """The first tokens of the prompt ``messages`` will have once a user message that
+        begins with ``partial_user`` is added (the files attached to a question not typed
+        yet): what ``read_ahead`` reads. They are cut where ``partial_user`` ends, less the
+        tokens that what is typed after it could merge with, so the final prompt
+        (``prompt_tokens(messages + [user message], chat=True, ...)``, the same ``system``,
+        ``tools`` and template switches) starts with them."""
+        whole = normalise_messages([*messages, {"role": "user", "content": partial_user + _CUT}])
+        if system:
+            whole.insert(0, {"role": "system", "content": system})
+        check_conversation(whole)
+        text = render(self.target, whole, tools=tools, **template_kwargs)
+        at = text.find(_CUT)
+        if at < 0:
+            raise EdgespecError("the chat template does not show the message as typed: nothing to read ahead")
+        text = text[:at]
+        # As ``chat_tokens`` tokenizes the whole rendering: special tokens parsed, a BOS the
+        # template wrote not added twice.
+        bos = self.target.token_text(self.target.bos) if self.target.bos >= 0 else ""
+        add_bos = self.target.adds_bos and not (bos and text.startswith(bos))
+        tokens = self.target.tokenize(text, add_special=add_bos, parse_special=True)
+        kept = min(
+            common_prefix(tokens, self.target.tokenize(text + probe, add_special=add_bos, parse_special=True))
+            for probe in _PROBES
+        )
+        return tokens[: max(0, kept - PREFIX_MARGIN)]
+
     # -- generation ---------------------------------------------------------------------
 
     def policy(self, drafter: str = DEFAULT_DRAFTER, gamma: int | str = DEFAULT_GAMMA) -> Policy:
@@ -317,6 +366,30 @@ class EdgeSpec:
         assert done is not None
         return done
 
+    def read_ahead(self, tokens: list[int], owner: str | None = None) -> ReadAhead:
+        """Read ``tokens``, the beginning of a prompt still being written
+        (``prompt_prefix_tokens``), into the pair's cache below every answer, a batch at a
+        time: while an answer runs or waits it reads nothing (the batch in progress stops
+        as the answer arrives, and the slot it reads in is taken back), and it goes on once
+        the pair is idle. A later answer whose prompt starts with them reads only the
+        rest, and answers as it would have without. What the pair holds already counts as
+        read at once. With an engine thread this returns at once; without one, the
+        reading runs here, to its end. A second read-ahead of the same ``owner`` (None is
+        one) stops the first; whatever either read stays as cache."""
+        n_vocab = self.target.n_vocab
+        tokens = list(tokens)
+        if any(not isinstance(t, int) or not 0 <= t < n_vocab for t in tokens):
+            raise RequestError(f"token ids must be in [0, {n_vocab})", "tokens")
+        if len(tokens) >= self.target.n_ctx:
+            raise RequestError(
+                f"{len(tokens)} tokens to read ahead, but the context holds {self.target.n_ctx}",
+                "tokens",
+                "context_length_exceeded",
+            )
+        reading = self.engine.read_ahead(tokens, owner)
+        self.engine.turn.background(reading)
+        return reading
+
     def cached_tokens(self, tokens: list[int]) -> int:
         """How many of ``tokens``' first tokens the pair holds (in a slot or its prompt
         cache): a prompt that starts with them reads only the rest."""
@@ -337,6 +410,7 @@ class EdgeSpec:
         with self._open_guard:
             for answer in list(self._open):
                 answer.stop()
+        self.engine.stop_reading()
         if not self.lock.acquire(timeout=timeout):
             return
         try:

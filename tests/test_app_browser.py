@@ -44,8 +44,8 @@ LAST_ANSWER_JS = """() => {
     const bots = document.querySelectorAll('#chatbot .bot-row .message-content');
     return bots.length ? bots[bots.length - 1].innerText : '';
 }"""
-# The raw streamed text, from the answer's bubble while it streams (plain or coloured
-# spans): unlike the chat's rendered Markdown afterwards, it only ever grows.
+# The streamed text, from the answer's bubble while it streams (plain, or its rendered
+# blocks in coloured spans, no marker ever shown then taken back): it only ever grows.
 STREAMED_TEXT_JS = """() => document.querySelector('#chatbot .live-slot-answer')?.textContent || ''"""
 # The legend chips as drawn: provenance, token count, label.
 LEGEND_JS = """() => [...document.querySelectorAll('#legend [data-legend]')]
@@ -249,15 +249,27 @@ def test_chat_in_a_real_browser(app_url: str):
             coloured_text = page.evaluate(LAST_TEXT_JS)
             assert coloured_spans(page) > 0 and "def " in coloured_text
             assert page.locator("#provenance").count() == 0, "the answer is shown once"
-            # Its copy button copies the answer's text, not the markup that colours it.
-            page.locator("#chatbot button[aria-label='Copy message']").last.click()
+            # Its copy button copies the answer's Markdown, not the markup that colours it
+            # (and, below, just as it does with the colouring off).
+            copy_buttons = page.locator("#chatbot button[aria-label='Copy message']")
+            buttons = copy_buttons.count()
+            copy_buttons.last.click()
             copied = page.evaluate("navigator.clipboard.readText()")
-            assert copied == coloured_text and "<span" not in copied, copied[:200]
+            assert "def " in copied and "<span" not in copied, copied[:200]
+            # A code block in it keeps its own copy button, which copies the code alone.
+            code_blocks = page.locator("#chatbot .bot-row").last.locator("pre code")
+            if code_blocks.count():
+                page.locator("#chatbot .bot-row").last.locator("button.copy_code_button").first.click()
+                code = code_blocks.first.inner_text().strip()
+                assert page.evaluate("navigator.clipboard.readText()") == code and code in copied
             page.screenshot(path=str(OUTPUT_DIR / "app_browser.png"), full_page=True)
             page.click("#colour-toggle input")
             expect(page.locator("#legend")).to_contain_text("colouring off")
             assert coloured_spans(page) == 0
             assert "def " in page.evaluate(LAST_ANSWER_JS)
+            expect(copy_buttons).to_have_count(buttons)  # the answer's own, drawn again
+            copy_buttons.last.click()
+            assert page.evaluate("navigator.clipboard.readText()") == copied
             page.click("#colour-toggle input")
             expect(page.locator("#chatbot .prov").first).to_be_visible()
 

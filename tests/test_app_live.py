@@ -44,17 +44,33 @@ def test_text_is_appended_once_and_whole_in_order():
     assert html.unescape("".join(pieces)) == run.text
 
 
-def test_coloured_text_is_appended_as_provenance_spans_in_the_answer_itself():
+def test_a_coloured_answer_is_sent_as_rendered_blocks_each_closed_one_once():
     run = AnswerRun()
     reader = FeedReader(Feed(run, colour=True, waiting=False))
     run.add(token("def"))
-    reader.message(0.0)
+    first = reader.message(0.0)
+    # The placeholder cleared, then the answer so far: its open block in the tail slot.
+    assert first["replace"]["answer"] == ""
+    assert 'class="live-slot-answer-tail"' in first["append"]["answer"]
+    assert spans(first["append"]["answer"]) == [(PLAIN, "def")]
     run.add(step(3, 2))
-    for text, source in [("(x", DRAFT), ("):", DRAFT), ("\n    ", BONUS)]:
+    for text, source in [("(x", DRAFT), ("):", DRAFT), ("\n\n**bo", BONUS)]:
         run.add(token(text, source))
-    message = reader.message(0.1)
-    assert spans(message["append"]["answer"]) == [(DRAFT, "(x):"), (BONUS, "\n    ")]
-    assert set(message["append"]) == {"answer"}, "the answer is sent once, not twice"
+    second = reader.message(0.1)
+    # The first paragraph is closed: appended (before the tail slot); the open one is
+    # replaced in the tail slot, its bold drawn closed, its asterisks never shown.
+    closed, tail = second["append"]["answer"], second["replace"]["answer-tail"]
+    assert closed.startswith("<p>") and spans(closed) == [(PLAIN, "def"), (DRAFT, "(x):")]
+    assert "<strong>" in tail and spans(tail) == [(BONUS, "bo")] and "*" not in tail
+    run.add(token("ld**", DRAFT))
+    third = reader.message(0.2)
+    assert "answer" not in third["append"], "a closed block is sent once"
+    assert spans(third["replace"]["answer-tail"]) == [(BONUS, "bo"), (DRAFT, "ld")]
+    run.add(Done(text=run.text, tail="", stop_reason="eos", stats=Stats(tokens=5)))
+    reader.feed.finished = True
+    last = reader.message(0.3)
+    assert spans(last["append"]["answer"]) == [(BONUS, "bo"), (DRAFT, "ld")], "the end closes the last block"
+    assert last["replace"]["answer-tail"] == ""
 
 
 def test_small_panels_are_replaced_at_most_every_interval_and_at_the_end():

@@ -128,6 +128,7 @@ def test_summary_line_says_only_what_was_measured():
         (["--prompt", "hi", "--lenience", "0"], "lenience must be in (0, 1]"),
         (["--prompt", "hi", "--lenience", "-2"], "lenience must be in (0, 1]"),
         (["--prompt-file", "/nonexistent/prompt.txt"], "prompt file not found"),
+        (["hi", "--prediction", "/nonexistent/p.txt"], "--prediction: cannot read /nonexistent/p.txt"),
         (["--prompt", "hi", "--max-tokens", "0"], "max tokens must be at least 1"),
         (["--prompt", "hi", "--drafter", "psychic"], "unknown drafter 'psychic'; choose one of auto,"),
         # Bytes that are not UTF-8 reach Python as lone surrogates ("\udce9" is byte 0xe9).
@@ -171,3 +172,43 @@ def test_context_limit_is_a_stop_reason():
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout.strip().splitlines()[-1])
     assert record["stop_reason"] == "context_full"
+
+
+def test_a_prediction_that_is_not_utf8_is_one_line(tmp_path):
+    predicted = tmp_path / "predicted.txt"
+    predicted.write_bytes(b"caf\xe9\n")
+    one_error_line(
+        run_cli("generate", "--prompt", "hi", "--prediction", str(predicted)),
+        f"--prediction: cannot read {predicted}",
+        "utf-8",
+    )
+
+
+@pytest.mark.needs_models
+def test_a_prediction_speeds_the_copy_but_never_changes_the_answer(tmp_path):
+    """Greedy: with a predicted output the answer is token for token the one without it,
+    whether the prediction is right (the copy drafter's proposals are accepted) or wrong."""
+    question = "Rewrite with 'cat' for 'dog': The quick brown fox jumps over the lazy dog."
+    prompt = ["--chat", "--prompt", question]
+    quick = ["--json", "--max-tokens", "24", "--ctx", "512"]
+
+    def answer(*flags: str) -> dict:
+        result = run_cli("generate", *prompt, *quick, *flags)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    plain = answer("--drafter", "none", "--gamma", "0")
+    assert plain["stats"]["prediction_tokens"] == 0 and plain["token_ids"]
+    right = tmp_path / "right.txt"
+    right.write_text(plain["text"], encoding="utf-8")
+    wrong = tmp_path / "wrong.txt"
+    wrong.write_text("A slow red hen walks under the busy bridge, then sleeps.", encoding="utf-8")
+    runs = {}
+    for path in (right, wrong):
+        runs[path.name] = answer("--drafter", "copy", "--gamma", "4", "--prediction", str(path))
+        predicted = runs[path.name]
+        assert (predicted["text"], predicted["token_ids"]) == (plain["text"], plain["token_ids"]), path.name
+        assert predicted["stats"]["prediction_tokens"] > 0
+    # The right prediction was drafted from and held: most of the answer is made of it.
+    assert runs["right.txt"]["stats"]["accepted"] > 0
+    assert runs["right.txt"]["stats"]["prediction_accepted"] >= plain["stats"]["tokens"] // 2

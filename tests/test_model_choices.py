@@ -24,6 +24,11 @@ CALIBRATED = speed.probe_speed(speed.calibration().probe_bytes_per_second)
 @pytest.fixture()
 def home(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    # Other apps' model folders (LM Studio, Ollama, the hub's cache…) are looked for under
+    # the home folder and these: an empty home, so only what the test puts there is listed.
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    for name in ("OLLAMA_MODELS", "HF_HUB_CACHE", "HF_HOME", "LLAMA_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
 
     def no_network(*_args, **_kwargs):
         raise AssertionError("model_choices must not touch the network")

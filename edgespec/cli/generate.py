@@ -4,7 +4,9 @@ Both share one set of flags (models, runtime, drafter, sampling). ``generate --j
 prints one JSON object as the last line of stdout: the contract other tools rely on.
 The prompt is the command's words (``edgespec generate "text"``), ``--prompt``,
 ``--prompt-file`` or stdin. Drafter and γ are checked by ``decoding.choice``, the one
-check the API, the server and the app share.
+check the API, the server and the app share. ``--prediction FILE`` is the request's
+predicted output (a file the answer revises: what the app's canvas sends as well), so an
+edit the app made can be reproduced here exactly.
 """
 
 from __future__ import annotations
@@ -147,6 +149,10 @@ def add_parsers(subparsers) -> None:
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     gen.add_argument("--system", help="system message (implies --chat)")
     gen.add_argument("--json", action="store_true", help="print one JSON result object as the last line")
+    gen.add_argument("--prediction", metavar="FILE",
+                     help="the text the answer is expected to be, mostly (a file to revise: "
+                          "OpenAI's Predicted Outputs): the copy drafters propose from it; the "
+                          "answer stays exactly the target's (give --max-tokens room for it)")  # fmt: skip
     add_model_flags(gen)
     add_decoding_flags(gen)
     gen.set_defaults(handler=run_generate)
@@ -376,12 +382,15 @@ def read_prompt(args: argparse.Namespace) -> str:
 def run_generate(args: argparse.Namespace) -> int:
     settings = check_decoding_args(args)
     prompt = read_prompt(args)
+    # Read before the model loads: a missing file is one line, not minutes of loading first.
+    prediction = _read(args.prediction, "--prediction")
     lm = load(args)
     chat = args.chat or bool(args.system)
     tokens = lm.prompt_tokens(prompt, chat=chat, system=args.system)
     done = None
     scored: list[dict] = []
-    for event in lm.stream(tokens, settings, drafter=args.drafter, gamma=args.gamma):
+    stream = lm.stream(tokens, settings, drafter=args.drafter, gamma=args.gamma, prediction=prediction)
+    for event in stream:
         if isinstance(event, Token) and not args.json:
             sys.stdout.write(event.text)
             sys.stdout.flush()

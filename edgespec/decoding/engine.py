@@ -2,11 +2,13 @@
 which drafters the pair can have and what they share across answers, what each token is
 for the controller's copy boundaries). It makes one ``Generation`` per answer
 (``start``), which runs the decoding loop and owns the answer's state; see
-``decoding.generation``.
+``decoding.generation``; and a ``ReadAhead`` per prompt read before it is asked
+(``read_ahead``), which the loop runs below every answer; see ``decoding.read_ahead``.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -15,6 +17,7 @@ from edgespec.decoding.drafters import REGISTRY, AnswerSetup, Drafter, registry
 from edgespec.decoding.events import Event
 from edgespec.decoding.generation import Generation, PairView
 from edgespec.decoding.policy import LINE_BREAK, UNIT_END, FixedPolicy, Policy
+from edgespec.decoding.read_ahead import ReadAhead
 from edgespec.decoding.request import GenerationSettings, Request
 from edgespec.decoding.slots import Slots
 from edgespec.decoding.turns import Turns
@@ -53,6 +56,9 @@ class Engine:
         self.slots = Slots(target.n_seq, lambda seq: target.sequence(seq).tokens, self._stored)
         drafts = partial(draft.decode_passes, last=True) if draft is not None else None
         self.turn = Turns(self.slots, threaded, target.decode_passes, clock, drafts)
+        # The newest read-ahead of each owner: the next one of the owner stops it.
+        self._reading: dict[str | None, ReadAhead] = {}
+        self._reading_guard = threading.Lock()
 
     def _stored(self, prompt: list[int]) -> int:
         """How much of ``prompt`` the target's prompt cache could bring into a sequence."""
@@ -96,6 +102,26 @@ class Engine:
             shared=self.shared,
         )
         return Generation(pair, request, policy, drafters)
+
+    def read_ahead(self, tokens: list[int], owner: str | None = None) -> ReadAhead:
+        """A read-ahead of ``tokens`` (a prompt's beginning, validated at the edge), what
+        the pair holds of them already counted as read; ``owner``'s last one is stopped
+        (what it read stays). Nothing runs until it is handed to the loop
+        (``turn.background``)."""
+        cached = self.slots.cached(tokens)
+        reading = ReadAhead(tokens, self.target, self.draft, self.turn.arrival, owner=owner, cached=cached)
+        with self._reading_guard:
+            before, self._reading[owner] = self._reading.get(owner), reading
+        if before is not None:
+            before.stop()
+        return reading
+
+    def stop_reading(self) -> None:
+        """Stop every read-ahead (the pair is closing)."""
+        with self._reading_guard:
+            readings, self._reading = list(self._reading.values()), {}
+        for reading in readings:
+            reading.stop()
 
     def free_drafters(self, setup: AnswerSetup) -> dict[str, Drafter]:
         """The free drafters an answer with ``setup`` has, built and begun as its

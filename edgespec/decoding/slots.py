@@ -12,6 +12,11 @@ one idle longest. With none free it waits, in arrival order. Nothing polls: ever
 notifies the table as it is set) notifies the condition the loop waits on.
 Holding every slot (``exclusive``) is how the cost profile is measured and the pair is
 closed without an answer in between.
+
+A slot may also be *lent* to work below every answer (a read-ahead: a prompt read into the
+cache before it is asked, ``decoding.read_ahead``): only while no answer runs or waits and
+nobody waits to hold the pair, and ``claimed`` says when it must come back. A lent slot is
+no answer's: it is not among ``answers``, ``busy`` or a queue's bound.
 """
 
 from __future__ import annotations
@@ -83,7 +88,9 @@ class Slots:
         self._tick = itertools.count(1)
         self._waiting: deque[Seated] = deque()
         self._seated: dict[int, Seated] = {}  # by id(answer): the answers holding a slot
+        self._lent: dict[int, Seated] = {}  # by id(work): background work holding a slot
         self._exclusive = False
+        self._holders = 0  # threads waiting in ``hold_all``: a lent slot comes back for them
         self.lock = ExclusiveLock(self)
 
     # -- what front ends ask ----------------------------------------------------------------
@@ -96,7 +103,8 @@ class Slots:
 
     @property
     def busy(self) -> int:
-        return self.count - len(self._free)
+        """The slots answers hold (a lent one is not busy: it comes back when asked)."""
+        return self.count - len(self._free) - len(self._lent)
 
     @property
     def waiting(self) -> int:
@@ -162,9 +170,12 @@ class Slots:
             return answer in self._waiting
 
     def give_back(self, answer: Seated) -> None:
-        """``answer`` has ended: its slot (if it had one) is free for the next."""
+        """``answer`` (or lent work) has ended: its slot (if it had one) is free for the next."""
         with self.cond:
-            if self._seated.pop(id(answer), None) is not None:
+            held = self._seated.pop(id(answer), None)
+            if held is None:
+                held = self._lent.pop(id(answer), None)
+            if held is not None:
                 self._free.add(answer.sequence)
                 self._last_used[answer.sequence] = next(self._tick)
             self.cond.notify_all()
@@ -172,6 +183,34 @@ class Slots:
     def _wake(self) -> None:
         with self.cond:
             self.cond.notify_all()
+
+    # -- work below every answer -----------------------------------------------------------
+
+    def lendable(self) -> bool:
+        """Whether a slot may be lent now (the caller holds ``cond``): a free one, and no
+        answer running or waiting, nor anyone waiting to hold the pair."""
+        return bool(self._free) and not (self._seated or self._lent or self.claimed() or self._exclusive)
+
+    def lend(self, work: Seated) -> bool:
+        """Seat ``work`` in the free slot holding most of its prompt, as an answer would be
+        (so what it reads is where that answer will look first), if ``lendable``."""
+        with self.cond:
+            if not self.lendable():
+                return False
+            work.sequence = self._choose(list(work.prompt))
+            self._free.discard(work.sequence)
+            self._lent[id(work)] = work
+            return True
+
+    def claimed(self) -> bool:
+        """Whether lent slots must come back: an answer waits (stopped ones need no slot),
+        or someone waits to hold the whole pair."""
+        with self.cond:
+            return self._holders > 0 or any(not answer.cancel.is_set() for answer in self._waiting)
+
+    @property
+    def lent(self) -> int:
+        return len(self._lent)
 
     def _choose(self, prompt: list[int]) -> int:
         """The slot holding most of the prompt, counting what the prompt cache holds as held
@@ -196,11 +235,18 @@ class Slots:
         after ``timeout`` seconds (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
-            while self._exclusive or len(self._free) < self.count:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self.cond.wait(left)  # (None: until a slot is given back)
+            # Counted while it waits: a slot lent to a read-ahead comes back at the end of
+            # its batch, not at the end of its reading.
+            self._holders += 1
+            self.cond.notify_all()
+            try:
+                while self._exclusive or len(self._free) < self.count:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self.cond.wait(left)  # (None: until a slot is given back)
+            finally:
+                self._holders -= 1
             self._exclusive = True
             return True
 

@@ -20,6 +20,13 @@ batch only once the other answers have had about as long (``Turns._due``). A bat
 long prompt costs as much as a dozen steps or more; one batch per round would give a short
 answer one token per batch while a long prompt is read.
 
+Below every answer runs background work (``Background``: a read-ahead, a prompt read into
+the cache before it is asked, ``decoding.read_ahead``): the loop lends it a slot only while
+no answer runs or waits, and takes the slot back between two of its batches as soon as
+one arrives (its batch in progress stops with the arrival, as a prompt's does), the work
+waiting, first in line, for the pair to be idle again. What it read stays in the sequence
+for the answer that extends it (which the table seats there), or for the prompt cache.
+
 Where the loop runs: threaded (a server, the app: several threads read answers), on one
 engine thread, because llama.cpp's CPU backend (OpenMP) keeps a team of compute threads
 per calling thread and decodes called from several threads in turn run slower than the
@@ -35,15 +42,27 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError
-from typing import TypeVar
+from functools import partial
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from edgespec.decoding.runner import END as _END
 from edgespec.decoding.runner import PAUSE, DraftPass, Pass, Passed, Pause, Runner, read
-from edgespec.decoding.slots import Slots
+from edgespec.decoding.slots import Cancel, Slots
 
-__all__ = ["AHEAD_S", "PAUSE", "DecodePasses", "DraftPass", "Pass", "Passed", "Pause", "Runner", "Turns"]
+__all__ = [
+    "AHEAD_S",
+    "PAUSE",
+    "Background",
+    "DecodePasses",
+    "DraftPass",
+    "Pass",
+    "Passed",
+    "Pause",
+    "Runner",
+    "Turns",
+]
 
 T = TypeVar("T")
 # A prompt whose batches take longer than this is a long one (a batch of 128 tokens takes
@@ -53,6 +72,24 @@ T = TypeVar("T")
 AHEAD_S = 0.5
 # Several sequences' passes, ``(seq, tokens)``, decoded together: each one's logits rows.
 DecodePasses = Callable[[list[tuple[int, list[int]]]], list[np.ndarray]]
+
+
+class Background(Protocol):
+    """Work below every answer: each time the pair is idle the loop asks it for a runner
+    for what is left, seats that runner in a lent slot, and drops it (its slot given back,
+    what it read kept) once an answer or a holder of the pair waits. When a runner of it
+    ends, so does the work."""
+
+    cancel: Cancel  # its stop: a work that waits its turn then ends at once
+
+    def lease(self) -> Runner | None:
+        """A runner for what is left; None once nothing is, or it was stopped (it has
+        ended then)."""
+        ...
+
+    def end(self, error: BaseException | None = None) -> None:
+        """It will not run again: stopped while it waited, or the engine closed."""
+        ...
 
 
 class Turns:
@@ -83,6 +120,10 @@ class Turns:
         self._batch_s: dict[int, float] = {}
         # By id(runner): the answers that joined and have not had a turn yet.
         self._new: set[int] = set()
+        # Background work waiting for an idle pair, oldest first; and by id(runner), the
+        # work each lent slot's runner reads for.
+        self._pending: deque[Background] = deque()
+        self._leases: dict[int, Background] = {}
         self._closed = False
         # Set while an answer that joined waits for its first round: the prompt batch
         # decoding then, given it, stops (``DecodeYielded``) and is read again after the
@@ -144,12 +185,61 @@ class Turns:
             if self._closed:
                 raise RuntimeError("the engine is closed")
             ahead = self.slots.enqueue(runner, limit)
-            if self._thread is not None and self.slots.ready():
-                # Its round is next: a prompt batch being read stops for it. (Unthreaded,
-                # its reader admits it itself, and no batch is being read meanwhile.)
+            if self._thread is not None and (self.slots.ready() or self._leases):
+                # Its round is next (a lent slot is taken back for it): a prompt batch
+                # being read stops for it. (Unthreaded, its reader admits it itself, and
+                # no batch is being read meanwhile.)
                 self.arrival.set()
             self._cond.notify_all()
         return ahead
+
+    def background(self, work: Background) -> None:
+        """Run ``work`` below every answer. Threaded: on the engine thread while no answer
+        runs or waits; this returns at once. Unthreaded: here, to its end, giving way
+        between two batches to each answer another thread asks for meanwhile."""
+        work.cancel.watch(partial(self._withdraw, work))
+        if self._thread is None:
+            self._background_inline(work)
+            return
+        with self._cond:
+            if self._closed:
+                work.end(RuntimeError("the engine is closed"))
+                return
+            self._pending.append(work)
+            self._cond.notify_all()
+
+    def _withdraw(self, work: Background) -> None:
+        """A work stopped while it waits for an idle pair ends now (one running ends at
+        its next batch, or within it: its decodes carry the stop)."""
+        with self._cond:
+            if work in self._pending:
+                self._pending.remove(work)
+                work.end()
+            self._cond.notify_all()
+
+    def _background_inline(self, work: Background) -> None:
+        """Unthreaded: this thread leases the work a slot whenever no answer runs or
+        waits, and gives it back for the next that does."""
+        while (runner := self._lease_inline(work)) is not None:
+            while not runner.finished:
+                with self._cond:
+                    if self.slots.claimed():
+                        self._give_way(runner)
+                        break
+                self._round([runner])
+
+    def _lease_inline(self, work: Background) -> Runner | None:
+        with self._cond:
+            while not self.slots.lendable():
+                if work.cancel.is_set() or self._closed:
+                    work.end()
+                    return None
+                self._cond.wait()
+            runner = work.lease()
+            if runner is not None:
+                self.slots.lend(runner)
+                self._leases[id(runner)] = work
+            return runner
 
     def _inline(self, runner: Runner) -> Iterator[object]:
         """Unthreaded: this thread waits for a slot (the others' readers admit it as they
@@ -200,17 +290,19 @@ class Turns:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._calls or self._runners or self.slots.ready()):
+                while not (self._closed or self._calls or self._runners or self._admits()):
                     self._cond.wait()
                 if self._closed:
                     self._end()
                     return
                 calls = self._taken = self._calls
                 self._calls = deque()
+                self._take_back()
                 # First in the next round, the newest first: a new answer's prompt is read,
                 # and its first token sent, before the other answers' batches and steps.
                 for runner in self.slots.admit():
                     self._runners.insert(0, runner)  # type: ignore[arg-type]  # (the table's are runners)
+                self._lend()
                 runners = list(self._runners)
                 self.arrival.clear()
             while calls:
@@ -218,6 +310,46 @@ class Turns:
                 calls.popleft()
             if runners:
                 self._round(self._due(runners))
+
+    def _admits(self) -> bool:
+        """Whether the table has an answer to admit or background work may run (the
+        caller holds ``cond``)."""
+        return self.slots.ready() or self._idle()
+
+    def _idle(self) -> bool:
+        """Whether background work may run now (the caller holds ``cond``)."""
+        return bool(self._pending) and not self._runners and self.slots.lendable()
+
+    def _lend(self) -> None:
+        """With nothing else to run, the oldest background work goes on in a lent slot
+        (the caller holds ``cond``)."""
+        while self._idle():
+            work = self._pending.popleft()
+            runner = work.lease()
+            if runner is None:
+                continue  # (stopped, or nothing left: it has ended)
+            self.slots.lend(runner)  # (lendable, under the same hold of ``cond``)
+            self._leases[id(runner)] = work
+            self._runners.append(runner)
+
+    def _take_back(self) -> None:
+        """An answer, or a holder of the whole pair, waits: the background work running
+        gives its slot back before the table seats anyone (the caller holds ``cond``)."""
+        if self._leases and self.slots.claimed():
+            for runner in [r for r in self._runners if id(r) in self._leases]:
+                self._runners.remove(runner)
+                self._give_way(runner)
+
+    def _give_way(self, runner: Runner) -> None:
+        """A background runner stops between two batches: its slot goes back with what it
+        read, and its work waits, first in line, for the pair to be idle again."""
+        work = self._leases.pop(id(runner))
+        self.slots.give_back(runner)
+        self._forget(runner)
+        if work.cancel.is_set():
+            work.end()
+        elif self._thread is not None:
+            self._pending.appendleft(work)
 
     def _due(self, runners: list[Runner]) -> list[Runner]:
         """The runners that go on this round. An answer reading a long prompt (its
@@ -280,9 +412,12 @@ class Turns:
         with self._cond:
             if runner in self._runners:
                 self._runners.remove(runner)
+            work = self._leases.pop(id(runner), None)
             self.slots.give_back(runner)
         self._forget(runner)
         runner.hand_over()
+        if work is not None:
+            work.end()
 
     def _forget(self, runner: Runner) -> None:
         self._last_pass.pop(id(runner), None)
@@ -346,6 +481,10 @@ class Turns:
             runner.fail(closed)  # type: ignore[union-attr]  # (the table's are runners)
             self.slots.give_back(runner)
             runner.hand_over()  # type: ignore[union-attr]
+        for work in [*self._pending, *self._leases.values()]:
+            work.end(closed)
+        self._pending.clear()
+        self._leases.clear()
         self._calls.clear()
         self._runners.clear()
         self._spent.clear()

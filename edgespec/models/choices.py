@@ -1,7 +1,10 @@
 """The models a person can pick from, one line each: the catalog's pairs, the small
-catalog models that run alone, and the GGUFs already on disk that the catalog does not
-name (hub downloads), with what each costs to get, whether it fits this machine's memory,
-how fast it runs here, and which one ``edgespec models recommend`` would suggest.
+catalog models that run alone, the GGUFs already on disk that the catalog does not
+name (hub downloads), and the GGUFs other programs keep on this computer or a person's
+folders hold (``local.py``: LM Studio, Ollama, Jan, the Hugging Face cache, llama.cpp's
+cache), with what each costs to get, whether it fits this machine's memory, how fast it
+runs here, and which one ``edgespec models recommend`` would suggest. A file that cannot
+be used is listed with its ``problem``, last, so a person sees why it is not offered.
 
 Nothing here touches the network: what is on disk is what the verified cache says
 (``store.cached``), sizes are the catalog's or the files', rates are measured here
@@ -14,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +26,7 @@ from edgespec.models import catalog, hubref, recommend, store
 from edgespec.models.catalog import CatalogModel
 from edgespec.models.download import FILE_PREFIX
 from edgespec.models.gguf import kv_bytes_per_token, read_info
+from edgespec.models.local import LocalModel, find_local_models, local_draft, real_path
 from edgespec.models.measured import measured_rate
 from edgespec.models.pairing import choose_draft
 from edgespec.models.resolve import ResolvedModel
@@ -47,24 +52,35 @@ class ModelChoice:
     rate: float | None  # tokens/s: measured here if it ran, else estimated
     rate_measured: bool
     memory_bytes: int = 0  # memory to run it (KV cache of 4096 tokens included); 0: unknown
+    problem: str | None = None  # why it cannot be used (one line); None: it can
 
 
-def model_choices(speed: Speed | None = None, machine: recommend.Machine | None = None) -> list[ModelChoice]:
-    """Every model to pick from: on-disk ones first, then by size, smallest first.
+def model_choices(
+    speed: Speed | None = None,
+    machine: recommend.Machine | None = None,
+    *,
+    extra_dirs: Iterable[Path] = (),
+) -> list[ModelChoice]:
+    """Every model to pick from: on-disk ones first, then by size, smallest first; those
+    that cannot be used last.
 
     ``speed``: this machine's seconds per byte, from a cost profile measured here
     (``decoding.costs.measured_speed()``); None: on a CPU the memory probe's, as
     `models recommend` does (``_probed_speed``), and no estimate with GPU offload.
     ``machine``: its memory and backend (default: this machine's memory, the CPU's budget;
-    a GPU build passes its own, as ``cli/models.py``'s ``_machine`` makes it)."""
+    a GPU build passes its own, as ``cli/models.py``'s ``_machine`` makes it).
+    ``extra_dirs``: folders a person named, searched for GGUFs beside the programs' own
+    (``local.LocalFolders.dirs``)."""
     machine = machine or recommend.Machine(recommend.total_memory_bytes(), ("cpu",), False)
     if speed is None and not machine.gpu_offload:
         speed = _probed_speed()
     context = _Context(machine, speed)
     found = [_pair_choice(pair, context) for pair in recommend.pairs()]
     found += [_alone_choice(model, context) for model in _alone_models()]
-    found += [choice for path in _files_on_disk() if (choice := _file_choice(path, context))]
-    return sorted(found, key=lambda c: (not c.on_disk, c.size_bytes, c.key))
+    disk = _files_on_disk()
+    found += [choice for path in disk if (choice := _file_choice(path, context))]
+    found += _local_choices(context, extra_dirs, disk)
+    return sorted(found, key=lambda c: (c.problem is not None, not c.on_disk, c.size_bytes, c.key))
 
 
 REPROBE_SECONDS = 300.0  # a listing probes again at most this often
@@ -280,6 +296,91 @@ def _hub_name(path: Path) -> str:
     except ValueError:
         return hubref.model_stem(path.name)
     return "/".join([*relative[:2], hubref.model_stem(relative[-1])])
+
+
+# -- GGUFs other programs keep, and a person's folders (local.py) ------------------------------
+
+
+@dataclass(frozen=True)
+class _Draft:
+    arg: str  # what the pair is loaded with: a file's path, or a catalog name
+    name: str  # as the label says it
+    size: int
+    memory: int
+
+
+def _local_choices(context: _Context, extra_dirs: Iterable[Path], listed: list[Path]) -> list[ModelChoice]:
+    """The models found on this computer, less those listed above already: the same real
+    file as a verified cached one is that one."""
+    known = {real_path(path) for path in listed}
+    for model in catalog.all_models().values():
+        if (path := context.cached(model)) is not None:
+            known.add(real_path(path))
+    models = [m for m in find_local_models(extra_dirs) if m.identity not in known]
+    return [_local_choice(model, models, context) for model in models]
+
+
+def _local_choice(model: LocalModel, models: list[LocalModel], context: _Context) -> ModelChoice:
+    name = f"{model.name} ({model.where})"
+    if model.problem is not None:
+        return _unusable_choice(model, name)
+    draft = _local_pair_draft(model, models)
+    memory = _file_memory(model.path, model.size_bytes)
+    if draft is not None and memory:
+        memory += draft.memory
+    rate, measured = context.rate(model.path, model.size_bytes)
+    choice = ModelChoice(
+        key=f"{FILE_PREFIX}{model.path}",
+        target=str(model.path),
+        draft=draft.arg if draft else None,
+        label="",
+        download_bytes=0,
+        size_bytes=model.size_bytes + (draft.size if draft else 0),
+        on_disk=True,
+        fits=context.fits(memory),
+        recommended=False,
+        rate=rate,
+        rate_measured=measured,
+        memory_bytes=memory,
+    )
+    mine = model.name.rsplit("/", 1)[-1]
+    return _labelled(choice, name + (f" + {_short_draft(mine, draft.name)} draft" if draft else " alone"))
+
+
+def _local_pair_draft(model: LocalModel, models: list[LocalModel]) -> _Draft | None:
+    """The smallest model found beside it that can draft for it, else the draft pairing
+    takes from the verified cache (never a download), else None: lookups alone."""
+    found = local_draft(model, models)
+    if found is not None:
+        memory = _file_memory(found.path, found.size_bytes)
+        return _Draft(str(found.path), found.name.rsplit("/", 1)[-1], found.size_bytes, memory)
+    try:
+        cached = choose_draft(ResolvedModel(path=model.path, name=model.name), download=False).draft
+    except (EdgespecError, OSError):
+        return None  # a header that cannot be read now: loading it will say why
+    if cached is None:
+        return None
+    arg = cached.name if cached.entry else str(cached.path)
+    return _Draft(arg, cached.name, _file_bytes(cached.path), _draft_memory(cached))
+
+
+def _unusable_choice(model: LocalModel, name: str) -> ModelChoice:
+    """Listed so that a person sees why the file is not offered; picking it refuses."""
+    size = f" · {_bytes_text(model.size_bytes)}" if model.size_bytes else ""
+    return ModelChoice(
+        key=f"{FILE_PREFIX}{model.path}",
+        target=str(model.path),
+        draft=None,
+        label=f"{name}{size} · cannot be used: {model.problem}",
+        download_bytes=0,
+        size_bytes=model.size_bytes,
+        on_disk=True,
+        fits=False,
+        recommended=False,
+        rate=None,
+        rate_measured=False,
+        problem=model.problem,
+    )
 
 
 # -- the label ------------------------------------------------------------------------------

@@ -1,6 +1,10 @@
 """Every chat on disk: one SQLite file, a committed transaction per change, so a killed
 process loses no finished message. A file that is not ours is set aside, never fatal: the
-app must open even when its history cannot be read. Pure: no model, no Gradio."""
+app must open even when its history cannot be read. Pure: no model, no Gradio.
+
+The records and the migrations are ``store_schema.py``'s (rows read and written by column
+name); attachments and file versions ``store_files.py``'s, folders ``store_folders.py``'s.
+``ChatStore`` here is all of them, with the chats themselves and their branches."""
 
 from __future__ import annotations
 
@@ -10,22 +14,71 @@ import math
 import os
 import sqlite3
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Final
 
 from edgespec.errors import EdgespecError
+from edgespec.ui.store_core import encode_message, transaction
+from edgespec.ui.store_files import check_limit, checked_attachment
+from edgespec.ui.store_folders import StoreFolders
+from edgespec.ui.store_schema import (
+    DEFAULT_ATTACHMENT_LIMIT,
+    MIGRATIONS,
+    AttachmentNotFound,
+    ChatNotFound,
+    ChatSummary,
+    FolderNotFound,
+    StoredAttachment,
+    StoredChat,
+    StoredFolder,
+    StoredMessage,
+    StoredVersion,
+    format_size,
+    insert_sql,
+    tables_at,
+    to_row,
+)
+
+__all__ = [
+    "ANY",
+    "APPLICATION_ID",
+    "DEFAULT_ATTACHMENT_LIMIT",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "STORE_NAME",
+    "AttachmentNotFound",
+    "ChatNotFound",
+    "ChatStore",
+    "ChatSummary",
+    "FolderNotFound",
+    "StoredAttachment",
+    "StoredChat",
+    "StoredFolder",
+    "StoredMessage",
+    "StoredVersion",
+    "default_data_dir",
+    "format_size",
+]
 
 STORE_NAME = "chats.sqlite3"
 APPLICATION_ID = 0x45445350  # "EDSP": tells our files from any other SQLite file
 TITLE_LIMIT = 60
 PREVIEW_LIMIT = 80
+SCHEMA_VERSION = len(MIGRATIONS)
 _SIDECARS = ("", "-wal", "-shm")  # the store's file and SQLite's files beside it
+_INSERT_CHAT = insert_sql("chats", StoredChat)
+
+
+class _Anywhere:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY: Final = _Anywhere()  # ``summaries(folder=ANY)``: chats in any folder or none
 
 
 def default_data_dir() -> Path:
@@ -44,81 +97,6 @@ def default_data_dir() -> Path:
     return Path(user_data_dir("edgespec", appauthor=False))
 
 
-@dataclass
-class StoredMessage:
-    role: str  # "user" or "assistant"
-    content: str
-    stats: dict | None = None  # the answer's figures (JSON-able)
-    provenance: list[list[str]] | None = None  # [text, source] runs
-    steps: list[dict] | None = None  # per-step records (JSON-able)
-    settings: dict | None = None  # the generation settings the answer used
-    created: float = 0.0  # 0: stamped when stored
-
-
-@dataclass
-class StoredChat:
-    id: str
-    title: str
-    system: str
-    settings: dict
-    created: float
-    updated: float
-    messages: list[StoredMessage] = field(default_factory=list)
-    named: bool = False  # the user named it: the title no longer follows the first message
-
-
-@dataclass
-class ChatSummary:
-    id: str
-    title: str
-    updated: float
-    messages: int
-    preview: str  # the latest message on one line, shortened
-
-
-class ChatNotFound(EdgespecError):
-    """No chat with that id: another tab may have deleted it."""
-
-
-_CHAT = "id, title, system, settings, created, updated, named"
-_MESSAGE = "role, content, stats, provenance, steps, settings, created"
-_JSON_FIELDS = ("stats", "provenance", "steps", "settings")
-_INSERT_MESSAGE = f"INSERT INTO messages (chat_id, position, {_MESSAGE}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_TABLES = {"chats", "messages", "prefs"}
-
-
-def _create_v1(db: sqlite3.Connection) -> None:
-    for statement in (  # one at a time: executescript would commit the migration's transaction
-        "CREATE TABLE chats (id TEXT PRIMARY KEY, title TEXT NOT NULL, system TEXT NOT NULL, settings"
-        " TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL, named INTEGER NOT NULL)",
-        "CREATE INDEX chats_by_updated ON chats (updated)",
-        "CREATE TABLE messages (chat_id TEXT NOT NULL, position INTEGER NOT NULL, role TEXT NOT NULL,"
-        " content TEXT NOT NULL, stats TEXT, provenance TEXT, steps TEXT, settings TEXT,"
-        " created REAL NOT NULL, PRIMARY KEY (chat_id, position)) WITHOUT ROWID",
-        "CREATE TABLE prefs (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    ):
-        db.execute(statement)
-
-
-# MIGRATIONS[n] takes a store from version n to n + 1 (0: a new, empty file): version 2 is
-# one more function here. Each runs in one transaction with the version it reaches.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1]
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-@contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT: a write is on disk whole or not at all."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-    except BaseException:
-        if db.in_transaction:  # SQLite may have rolled back already
-            db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-
-
 def _unusable(db: sqlite3.Connection, latest: int) -> str | None:
     """Why the file cannot be our store (read-only checks), or None."""
     app_id = db.execute("PRAGMA application_id").fetchone()[0]
@@ -130,7 +108,7 @@ def _unusable(db: sqlite3.Connection, latest: int) -> str | None:
         return "it holds another program's tables"
     if version > latest:
         return f"it was written by a newer edgespec, schema version {version}; this one reads up to {latest}"
-    if app_id == APPLICATION_ID and not tables >= _TABLES:
+    if app_id == APPLICATION_ID and not tables >= tables_at(version):
         return "its tables are missing"
     check = db.execute("PRAGMA quick_check").fetchall()
     return None if check == [("ok",)] else f"it is damaged: {' '.join(check[0][0].split())}"
@@ -156,7 +134,7 @@ def _open_checked(path: Path, latest: int) -> tuple[sqlite3.Connection | None, s
         # cut, and a chat writes a message at a time, so its fsync goes unnoticed.
         db.execute("PRAGMA synchronous = FULL")
         for step in range(db.execute("PRAGMA user_version").fetchone()[0], latest):
-            with _transaction(db):
+            with transaction(db):
                 MIGRATIONS[step](db)
                 db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 db.execute(f"PRAGMA user_version = {step + 1}")
@@ -185,40 +163,21 @@ def _set_aside(path: Path) -> Path:
     return aside
 
 
-def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False)
-
-
-def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
 def _one_line(text: str, limit: int) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
-def _encode(m: StoredMessage) -> tuple:
-    """The message's columns after (chat_id, position); a value not JSON-able raises TypeError."""
-    if m.role not in ("user", "assistant"):
-        raise ValueError(f"a message's role must be user or assistant, not {m.role!r}")
-    return (m.role, m.content, *(_dump(getattr(m, name)) for name in _JSON_FIELDS), m.created)
-
-
-class ChatStore:
-    """One SQLite connection for the store's lifetime, shared by every thread under a lock.
-    A chat id that is not there raises ``ChatNotFound`` (an ``EdgespecError``); ``delete``
-    of a missing chat does nothing (two tabs may delete the same chat)."""
-
-    def __init__(self, db: sqlite3.Connection, path: Path, notice: str | None = None):
-        self._db, self.path, self._lock, self._last_stamp = db, path, threading.Lock(), 0.0
-        self.notice = notice  # one line when a bad file was set aside on open, else None
-        # The search folds case in Python: SQLite's LIKE folds ASCII only.
-        db.create_function("fold", 1, lambda text: (text or "").casefold(), deterministic=True)
+class ChatStore(StoreFolders):
+    """The chats, their files and folders. A chat id that is not there raises
+    ``ChatNotFound`` (an ``EdgespecError``); ``delete`` of a missing chat does nothing
+    (two tabs may delete the same chat)."""
 
     @classmethod
-    def open(cls, directory: Path) -> ChatStore:
-        """The store in ``directory`` (made if missing); an unusable file there is set aside."""
+    def open(cls, directory: Path, attachment_limit: int = DEFAULT_ATTACHMENT_LIMIT) -> ChatStore:
+        """The store in ``directory`` (made if missing); an unusable file there is set aside.
+        ``attachment_limit``: bytes per attached file, unless the store's pref says otherwise."""
+        check_limit(attachment_limit)
         path = Path(directory) / STORE_NAME
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +185,7 @@ class ChatStore:
                 raise PermissionError(f"{path.parent} is not writable (set EDGESPEC_DATA_DIR)")
             db, problem = _open_checked(path, SCHEMA_VERSION)
             if db is not None:
-                return cls(db, path)
+                return cls(db, path, None, attachment_limit)
             aside = _set_aside(path)
             db, again = _open_checked(path, SCHEMA_VERSION)
         except OSError as exc:  # the folder or the file cannot be made, read or renamed
@@ -234,11 +193,7 @@ class ChatStore:
         if db is None:  # a brand-new file failing its checks: the disk is at fault, not a file
             raise EdgespecError(f"Cannot start a new chat store at {path}: {again}")
         notice = f"The chat store {path} could not be used ({problem}); it was set aside as {aside.name}"
-        return cls(db, path, notice + " and a new one started.")
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        return cls(db, path, notice + " and a new one started.", attachment_limit)
 
     def _stamp(self) -> float:
         # Strictly increasing in the process, so "newest first" holds within one clock tick.
@@ -246,126 +201,158 @@ class ChatStore:
         self._last_stamp = now if now > self._last_stamp else math.nextafter(self._last_stamp, math.inf)
         return self._last_stamp
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One committed transaction under the lock; a storage failure becomes one line."""
-        with self._lock:
-            try:
-                with _transaction(self._db) as db:
-                    yield db
-            except sqlite3.Error as exc:
-                raise EdgespecError(f"Could not save to the chat store {self.path}: {exc}") from exc
-
-    def _row(self, db: sqlite3.Connection, chat_id: str) -> tuple:
-        row = db.execute(f"SELECT {_CHAT} FROM chats WHERE id = ?", (chat_id,)).fetchone()
-        if row is None:
-            raise ChatNotFound(f"There is no chat {chat_id} (another tab may have deleted it).")
-        return row
-
-    def _touch(self, db: sqlite3.Connection, chat_id: str, **columns: Any) -> None:
-        """Set ``columns`` of an existing chat and make it the newest."""
-        self._row(db, chat_id)
-        columns["updated"] = self._stamp()
-        assignments = ", ".join(f"{name} = ?" for name in columns)
-        db.execute(f"UPDATE chats SET {assignments} WHERE id = ?", (*columns.values(), chat_id))
-
     def _derived_title(self, db: sqlite3.Connection, chat_id: str) -> str:
         first = "SELECT content FROM messages WHERE chat_id = ? AND role = 'user' ORDER BY position LIMIT 1"
         row = db.execute(first, (chat_id,)).fetchone()
-        return _one_line(row[0], TITLE_LIMIT) if row else ""
+        return _one_line(row["content"], TITLE_LIMIT) if row else ""
 
-    def create(self, system: str = "", settings: dict | None = None, title: str = "") -> StoredChat:
-        """A new empty chat. A non-empty ``title`` counts as a name the user gave it."""
+    def create(
+        self,
+        system: str | None = None,
+        settings: dict | None = None,
+        title: str = "",
+        folder: str | None = None,
+    ) -> StoredChat:
+        """A new empty chat, in ``folder`` if given. A non-empty ``title`` counts as a name the
+        user gave it; ``system`` None: the folder's system prompt, else none."""
         title = " ".join(title.split())
-        return self.import_chat(StoredChat("", title, system, settings or {}, 0.0, 0.0, [], bool(title)))
+        if system is None:
+            system = self.folder(folder).system if folder is not None else ""
+        return self.import_chat(
+            StoredChat("", title, system, settings or {}, 0.0, 0.0, [], bool(title), folder)
+        )
 
     def load(self, chat_id: str) -> StoredChat:
-        with self._lock:
-            cid, title, system, settings, created, updated, named = self._row(self._db, chat_id)
-            query = f"SELECT {_MESSAGE} FROM messages WHERE chat_id = ? ORDER BY position"
-            rows = self._db.execute(query, (chat_id,)).fetchall()
-        messages = [StoredMessage(role, text, *map(_load, fields), at) for role, text, *fields, at in rows]
-        return StoredChat(cid, title, system, _load(settings), created, updated, messages, bool(named))
+        with self._read() as db:
+            chat = self._chat(db, chat_id)
+            chat.messages = self._messages(db, chat_id)
+        return chat
 
-    def summaries(self, query: str = "") -> list[ChatSummary]:
-        """Every chat, newest ``updated`` first; with ``query``, those whose title, system
-        prompt or any message holds it, ignoring case (instr, not LIKE: % and _ are literal)."""
-        where = ""
+    def summaries(self, query: str = "", folder: str | _Anywhere | None = ANY) -> list[ChatSummary]:
+        """The chats in ``folder`` (``ANY``: everywhere, None: in no folder), newest
+        ``updated`` first; with ``query``, those whose title, system prompt or any message
+        holds it, ignoring case (instr, not LIKE: % and _ are literal)."""
+        conditions = []
         if query:
-            where = """WHERE instr(fold(c.title), :q) OR instr(fold(c.system), :q) OR EXISTS (
-                SELECT 1 FROM messages m WHERE m.chat_id = c.id AND instr(fold(m.content), :q))"""
-        sql = f"""SELECT c.id, c.title, c.updated,
-                (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id),
+            conditions.append("""(instr(fold(c.title), :q) OR instr(fold(c.system), :q) OR EXISTS (
+                SELECT 1 FROM messages m WHERE m.chat_id = c.id AND instr(fold(m.content), :q)))""")
+        if folder is None:
+            conditions.append("c.folder IS NULL")
+        elif folder is not ANY:
+            conditions.append("c.folder = :folder")
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        sql = f"""SELECT c.id AS id, c.title AS title, c.updated AS updated,
+                (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id) AS messages,
                 (SELECT substr(m.content, 1, 1000) FROM messages m WHERE m.chat_id = c.id
-                 ORDER BY m.position DESC LIMIT 1)
+                 ORDER BY m.position DESC LIMIT 1) AS preview,
+                c.folder AS folder
             FROM chats c {where} ORDER BY c.updated DESC, c.id"""
-        with self._lock:
-            rows = self._db.execute(sql, {"q": query.casefold()}).fetchall()
+        bound = {"q": query.casefold(), "folder": folder if isinstance(folder, str) else None}
+        with self._read() as db:
+            rows = db.execute(sql, bound).fetchall()
         return [
-            ChatSummary(cid, title, updated, count, _one_line(last or "", PREVIEW_LIMIT))
-            for cid, title, updated, count, last in rows
+            ChatSummary(**{**dict(row), "preview": _one_line(row["preview"] or "", PREVIEW_LIMIT)})
+            for row in rows
         ]
 
     def append(self, chat_id: str, message: StoredMessage) -> None:
-        """Add ``message`` at the end; an unnamed, untitled chat takes a user message as title."""
-        row = _encode(message)  # a bad message fails here, before anything is written
+        """Add ``message`` at the end; an unnamed, untitled chat takes a user message as title.
+        The files it names must be in the store (``put_attachment``)."""
+        row = encode_message(message)  # a bad message fails here, before anything is written
         with self._write() as db:
-            _, title, *_, named = self._row(db, chat_id)
+            chat = self._chat(db, chat_id)
             stamp = self._stamp()
             next_position = "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE chat_id = ?"
-            position = db.execute(next_position, (chat_id,)).fetchone()[0]
-            db.execute(_INSERT_MESSAGE, (chat_id, position, *row[:-1], row[-1] or stamp))
-            if not named and not title and message.role == "user":
+            self._insert_messages(
+                db, chat_id, db.execute(next_position, (chat_id,)).fetchone()[0], [row], stamp
+            )
+            title = chat.title
+            if not chat.named and not title and message.role == "user":
                 title = _one_line(message.content, TITLE_LIMIT)
             db.execute("UPDATE chats SET updated = ?, title = ? WHERE id = ?", (stamp, title, chat_id))
 
     def truncate(self, chat_id: str, keep: int) -> None:
-        """Keep the first ``keep`` messages (regenerate, edit and resend); a derived title follows."""
+        """Keep the first ``keep`` messages (regenerate, edit and resend); a derived title
+        follows, and a file only the removed messages held goes."""
         if keep < 0:
             raise ValueError(f"keep must be >= 0, not {keep}")
         with self._write() as db:
-            _, title, *_, named = self._row(db, chat_id)
-            db.execute("DELETE FROM messages WHERE chat_id = ? AND position >= ?", (chat_id, keep))
-            self._touch(db, chat_id, title=title if named else self._derived_title(db, chat_id))
+            chat = self._chat(db, chat_id)
+            self._drop_messages(db, chat_id, keep)
+            self._touch(db, chat_id, title=chat.title if chat.named else self._derived_title(db, chat_id))
 
     def rename(self, chat_id: str, title: str) -> None:
         """Name the chat; an empty title gives it back the title of its first user message."""
         title = " ".join(title.split())
         with self._write() as db:
-            self._touch(db, chat_id, title=title or self._derived_title(db, chat_id), named=bool(title))
+            self._touch(db, chat_id, title=title or self._derived_title(db, chat_id), named=int(bool(title)))
 
     def set_system(self, chat_id: str, system: str) -> None:
         with self._write() as db:
             self._touch(db, chat_id, system=system)
 
     def set_settings(self, chat_id: str, settings: dict) -> None:
+        encoded = json.dumps(dict(settings), ensure_ascii=False)  # not JSON-able: TypeError, nothing written
         with self._write() as db:
-            self._touch(db, chat_id, settings=_dump(dict(settings)))
+            self._touch(db, chat_id, settings=encoded)
 
     def delete(self, chat_id: str) -> None:
+        """The chat, its messages and versions, and the files no other chat holds."""
         with self._write() as db:
-            db.execute("DELETE FROM messages WHERE chat_id = ?", (chat_id,))
-            db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+            self._delete_chat(db, chat_id)
 
-    def import_chat(self, chat: StoredChat) -> StoredChat:
-        """A copy of ``chat`` under a new id; ``updated`` is now, so it is listed first."""
-        chat_id, settings = uuid.uuid4().hex, _dump(dict(chat.settings))
-        rows = [_encode(message) for message in chat.messages]
+    def import_chat(
+        self,
+        chat: StoredChat,
+        attachments: Iterable[StoredAttachment] = (),
+        versions: Iterable[StoredVersion] = (),
+    ) -> StoredChat:
+        """A copy of ``chat`` under a new id; ``updated`` is now, so it is listed first.
+        ``attachments``: files its messages or ``versions`` (accepted versions, in order)
+        name that the store may not hold yet, each checked against its data and the limit
+        before anything is written. ``chat.folder``, when set, must be a folder here."""
+        rows = [encode_message(message) for message in chat.messages]
+        limit = self.attachment_limit
+        files = [checked_attachment(attachment, limit) for attachment in attachments]
+        versions = list(versions)
+        chat_id = uuid.uuid4().hex
         with self._write() as db:
+            if chat.folder is not None:
+                self._folder(db, chat.folder)
             stamp = self._stamp()
-            row = (chat_id, chat.title, chat.system, settings, chat.created or stamp, stamp, int(chat.named))
-            db.execute(f"INSERT INTO chats ({_CHAT}) VALUES (?, ?, ?, ?, ?, ?, ?)", row)
-            db.executemany(
-                _INSERT_MESSAGE, [(chat_id, n, *m[:-1], m[-1] or stamp) for n, m in enumerate(rows)]
+            for attachment in files:
+                self._keep_attachment(db, replace(attachment, created=attachment.created or stamp))
+            kept = replace(
+                chat, id=chat_id, settings=dict(chat.settings), created=chat.created or stamp, updated=stamp
             )
+            db.execute(_INSERT_CHAT, to_row(kept))
+            self._insert_messages(db, chat_id, 0, rows, stamp)
+            self._keep_versions(db, chat_id, versions)
         return self.load(chat_id)
 
-    def get_pref(self, key: str, default: Any = None) -> Any:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM prefs WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
-
-    def set_pref(self, key: str, value: Any) -> None:
-        encoded = json.dumps(value, ensure_ascii=False)  # not JSON-able: TypeError, nothing written
+    def branch(self, chat_id: str, upto: int) -> StoredChat:
+        """A new chat holding copies of messages 0..``upto`` (their files too), the same
+        system prompt, settings and folder, named "<title> (branch)", listed first. It keeps
+        the file versions accepted before the message after ``upto``."""
         with self._write() as db:
-            db.execute("INSERT OR REPLACE INTO prefs (key, value) VALUES (?, ?)", (key, encoded))
+            source = self._chat(db, chat_id)
+            messages = self._messages(db, chat_id)
+            if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto < len(messages):
+                held = f"messages 0 to {len(messages) - 1}" if messages else "no messages"
+                raise EdgespecError(f"Cannot branch the chat at message {upto!r}: it holds {held}.")
+            stamp, branch_id = self._stamp(), uuid.uuid4().hex
+            title = f"{source.title or 'Untitled chat'} (branch)"
+            branch = replace(
+                source,
+                id=branch_id,
+                title=title,
+                named=True,
+                created=stamp,
+                updated=stamp,
+                branched_from=chat_id,
+            )
+            db.execute(_INSERT_CHAT, to_row(branch))
+            self._insert_messages(db, branch_id, 0, [to_row(m) for m in messages[: upto + 1]], stamp)
+            until = messages[upto + 1].created if upto + 1 < len(messages) else math.inf
+            self._keep_versions(db, branch_id, [v for v in self._versions(db, chat_id) if v.created < until])
+        return self.load(branch_id)

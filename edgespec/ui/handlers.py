@@ -28,9 +28,11 @@ from edgespec.errors import EdgespecError
 from edgespec.ui.answer import AnswerRun, answer_record
 from edgespec.ui.chat_store import ChatStore, StoredChat, StoredMessage
 from edgespec.ui.figures import steps_chart_html
+from edgespec.ui.folders import folder_for_new_chat
 from edgespec.ui.gauge import gauge_html
 from edgespec.ui.live import WAITING_HTML, Feed, LiveFeeds, answer_slot, feed_tag, live_slot
 from edgespec.ui.pair import PairHolder
+from edgespec.ui.prompt import chat_prompt, user_content
 from edgespec.ui.session import Session
 from edgespec.ui.text import (
     error_markdown,
@@ -41,6 +43,7 @@ from edgespec.ui.text import (
     step_rows,
 )
 from edgespec.ui.views import (
+    ATTACHED_MARK,
     EMPTY_MESSAGE,
     SETTING_NAMES,
     ChatInputs,
@@ -71,6 +74,7 @@ class Intent:
 
     keep: int
     question: str | None
+    files: tuple[dict, ...] = ()  # an edited message keeps the files it was sent with
 
 
 @dataclass
@@ -110,6 +114,10 @@ class ChatHandlers:
     def load_error(self) -> str | None:
         return self.pair.load_error
 
+    def text_of(self, sha256: str) -> str:
+        """An attachment's text, as the model reads it."""
+        return self.store.attachment(sha256).text
+
     # -- an answer asked in the page: begin, run, finish ---------------------------------
 
     def note_retry(self, session: Session) -> None:
@@ -126,7 +134,9 @@ class ChatHandlers:
 
     def intend_edit(self, index: float, text: str, session: Session) -> None:
         """The next answer answers message ``index`` as ``text``; what followed it goes."""
-        session.intent = Intent(int(index), str(text))
+        kept = session.chat.messages if session.chat is not None else []
+        files = tuple(kept[int(index)].attachments or ()) if 0 <= int(index) < len(kept) else ()
+        session.intent = Intent(int(index), _typed(str(text)), files)
 
     @takes_chat_inputs
     def begin(self, inputs: ChatInputs) -> tuple:
@@ -150,6 +160,8 @@ class ChatHandlers:
         pending.feed = Feed(pending.run, session.colour, waiting=waiting)
         session.pending = pending
         view = self._opening(pending, session, streaming=True)
+        if intent is None:  # a message typed: its files went with it
+            view.attach, view.chips, view.cost = None, "", ""
         view.stats = live_slot("stats", WAITING_HTML if waiting else "Generating…")
         view.live = feed_tag(self.feeds.open(pending.feed))
         return view.values()
@@ -220,6 +232,7 @@ class ChatHandlers:
         ``_drive``); nothing is stored when the request is refused."""
         lm = self.pair.current()
         kept = session.chat.messages if session.chat is not None else []
+        typed = intent is None
         intent = intent or Intent(len(kept), inputs.message)
         question = intent.question
         if question is not None and not question.strip():
@@ -229,14 +242,19 @@ class ChatHandlers:
             raise EdgespecError(NOTHING_TO_REGENERATE)
         options = self._options(inputs.settings)
         system = inputs.system.strip()
-        prompt = [*([{"role": "system", "content": system}] if system else [])]
-        prompt += [{"role": m.role, "content": m.content} for m in kept]
-        prompt += [{"role": "user", "content": question}] if question is not None else []
+        # A message typed takes the files attached to it; an edited one keeps its own.
+        files = [f.ref() for f in session.attached] if typed else list(intent.files)
+        prompt = chat_prompt(system, kept, self.text_of)
+        if question is not None:
+            asked = StoredMessage("user", question, attachments=files or None)
+            prompt.append({"role": "user", "content": user_content(asked, self.text_of)})
         drafter, gamma = inputs.settings[0], parse_gamma(inputs.settings[1])
         request = lm.request(prompt, settings_from(**options), drafter=drafter, gamma=gamma, chat=True)
         chat = self._keep_question(
-            session, intent, system, dict(zip(SETTING_NAMES, inputs.settings, strict=True))
+            session, intent, system, dict(zip(SETTING_NAMES, inputs.settings, strict=True)), files
         )
+        if typed:
+            session.forget_files()  # what was read ahead stays as cache; the answer reads the rest
         answer = lm.start(request)
         run = AnswerRun()
         session.current_run, session.live = run, answer.live  # the lenience slider reaches it
@@ -256,12 +274,16 @@ class ChatHandlers:
             "verify": verify,
         }
 
-    def _keep_question(self, session: Session, intent: Intent, system: str, settings: dict) -> StoredChat:
-        """The open chat as it is once the question is asked: made if new, cut after the
-        kept messages, the question appended; each change committed."""
+    def _keep_question(
+        self, session: Session, intent: Intent, system: str, settings: dict, files: list[dict]
+    ) -> StoredChat:
+        """The open chat as it is once the question is asked: made if new (in the folder the
+        list shows), cut after the kept messages, the question and its files appended; each
+        change committed."""
         chat = session.chat
         if chat is None:
-            chat = session.chat = self.store.create(system=system, settings=settings)
+            chat = self.store.create(system=system, settings=settings, folder=folder_for_new_chat(session))
+            session.chat = chat
         else:
             if chat.system != system:
                 self.store.set_system(chat.id, system)
@@ -272,7 +294,7 @@ class ChatHandlers:
             self.store.truncate(chat.id, intent.keep)
             del chat.messages[intent.keep :]
         if intent.question is not None:
-            message = StoredMessage("user", intent.question, created=time.time())
+            message = StoredMessage("user", intent.question, created=time.time(), attachments=files or None)
             self.store.append(chat.id, message)
             chat.messages.append(message)
         return chat
@@ -497,6 +519,15 @@ class ChatHandlers:
         """A closed tab must not keep the engine busy for everybody else."""
         if self.lm is not None:
             self.lm.stop_answers(owner_of(request))
+
+
+def _typed(text: str) -> str:
+    """An edited message as typed: the lines naming its files, which the chat shows above
+    its text (``views.attached_line``), are not part of it."""
+    lines = text.split("\n")
+    while lines and lines[0].startswith(ATTACHED_MARK):
+        lines.pop(0)
+    return "\n".join(lines).lstrip("\n")
 
 
 def _text_of(value: Any) -> str:

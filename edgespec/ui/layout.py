@@ -23,9 +23,22 @@ from starlette.middleware import Middleware
 
 from edgespec.api import EdgeSpec
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, REGISTRY
+from edgespec.ui.attach import Attachments
+from edgespec.ui.canvas import Canvas
 from edgespec.ui.chat_store import ChatStore
 from edgespec.ui.figures import steps_chart_html
+from edgespec.ui.folders import Folders
 from edgespec.ui.handlers import ChatHandlers, empty_gauge
+from edgespec.ui.layout_files import (
+    attach_row,
+    branch_controls,
+    canvas_column,
+    folders_panel,
+    opened_outputs,
+    wire_branch,
+    wire_files,
+    wire_folders,
+)
 from edgespec.ui.library import PANELS, Library
 from edgespec.ui.live import LIVE_JS, HeadScript, LiveFeeds, pace_for
 from edgespec.ui.pair import Loader, PairHolder
@@ -34,6 +47,7 @@ from edgespec.ui.session import Session
 from edgespec.ui.text import LENIENCE_NOTE, STEP_HEADERS, provenance_legend, speedup_markdown
 from edgespec.ui.views import GAMMA_CHOICES, SETTING_NAMES, View
 
+MODELS_DIRS = "models_dirs"  # the preference: folders of models the person added in the page
 ENGINE_QUEUE = "engine"  # the concurrency group of everything that runs the models
 DELETE_JS = "(...args) => confirm('Delete this chat? It cannot be undone.') ? args : null"
 
@@ -55,6 +69,7 @@ def build_app(
     *,
     store: ChatStore | None = None,
     loader: Loader | None = None,
+    models_dirs: list[Path] | None = None,
 ) -> gr.Blocks:
     """The chat app around ``lm``; with ``lm=None`` the app still starts and shows
     ``load_error`` instead of answering. ``feeds``: where its answers' live feeds are
@@ -64,10 +79,18 @@ def build_app(
     store = store if store is not None else ChatStore.open(Path(tempfile.mkdtemp(prefix="edgespec-chats-")))
     pair = PairHolder(lm, load_error, loader)
     handlers = ChatHandlers(pair, store, feeds if feeds is not None else LiveFeeds(pace=pace_for(lm)))
-    library, picker = Library(handlers, store), Picker(pair)
+    # Folders of models added in the page earlier are looked in again (those still there).
+    kept_dirs = [Path(p) for p in store.get_pref(MODELS_DIRS, []) or [] if Path(p).is_dir()]
+    picker = Picker(pair, models_dirs=[*(models_dirs or []), *kept_dirs],
+                    remember=lambda dirs: store.set_pref(MODELS_DIRS, dirs))  # fmt: skip
+    library = Library(handlers, store)
+    attachments = Attachments(handlers, store)
+    canvas, folders = Canvas(attachments, store), Folders(library.chat_list, store)
+    library.folders = folders
     with gr.Blocks(title="edgespec chat", analytics_enabled=False) as demo:
         session = gr.State(Session())
         with gr.Sidebar(label="Chats", open=True, elem_id="sidebar", width=300):
+            folder_panel = folders_panel()
             chats = _chats_panel()
             models = _models_panel(picker)
         header = gr.Markdown(header_markdown(pair), elem_id="header")
@@ -77,6 +100,9 @@ def build_app(
         with gr.Row(equal_height=False):
             with gr.Column(scale=4, min_width=320):
                 view = _chat_column()
+                files = attach_row()
+                view.update({name: files[name] for name in ("attach", "chips", "cost")})
+            pane = canvas_column()
             with gr.Column(scale=1, min_width=220, elem_id="gauge-column"):
                 view.update(_gauge_column())
         panels, more = _folded_panels(drafter_choices(lm is None or lm.draft is not None))
@@ -85,6 +111,10 @@ def build_app(
         answered = _wire_answers(demo, handlers, view, settings, session)
         _wire_library(demo, library, view, chats, more, panels, session, answered, notice)
         _wire_models(picker, models, header, more)
+        opened = opened_outputs(view, chats, more)
+        wire_files(attachments, canvas, files, pane, settings, session)
+        wire_folders(demo, folders, library, folder_panel, chats, session)
+        wire_branch(library, branch_controls(), session, opened)
     demo.live_feeds = handlers.feeds  # type: ignore[attr-defined]  # for launch_app
     demo.chat_store = store  # type: ignore[attr-defined]  # closed with the app
     demo.pair = pair  # type: ignore[attr-defined]  # the pair answering now
@@ -144,7 +174,9 @@ def _models_panel(picker: Picker) -> dict[str, Any]:
             use = gr.Button("Use this model", size="sm", variant="primary", elem_id="use-model")
             cancel = gr.Button("Cancel", size="sm", elem_id="cancel-download")
         status = gr.Markdown("", elem_id="model-status")
-    return {"choice": choice, "use": use, "cancel": cancel, "status": status}
+        folder = gr.Textbox(placeholder="Add a folder of GGUF files (Enter)", show_label=False, lines=1,
+                            elem_id="models-dir")  # fmt: skip
+    return {"choice": choice, "use": use, "cancel": cancel, "status": status, "folder": folder}
 
 
 def _chat_column() -> dict[str, Any]:
@@ -384,3 +416,10 @@ def _wire_models(picker: Picker, models: dict[str, Any], header: Any, settings: 
 
     used.then(drafters, None, [settings["drafter"], settings["drafter_help"]], queue=False, **private)
     models["cancel"].click(picker.cancel, None, models["status"], queue=False, **private)
+    models["folder"].submit(
+        picker.add_models_dir,
+        [models["folder"]],
+        [models["status"], models["choice"]],
+        queue=False,
+        **private,
+    )

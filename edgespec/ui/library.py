@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from edgespec.errors import EdgespecError
-from edgespec.ui.chat_export import export_filename, from_json, to_json, to_markdown
+from edgespec.ui.chat_export import export_filename, import_export, to_json, to_markdown
 from edgespec.ui.chat_store import ChatStore, ChatSummary, StoredChat
+from edgespec.ui.folders import EVERY_CHAT, Folders, store_folder
 from edgespec.ui.handlers import ChatHandlers
+from edgespec.ui.prompt import chat_prompt
 from edgespec.ui.session import Session
 from edgespec.ui.text import error_markdown
 from edgespec.ui.views import SETTING_NAMES, View
@@ -39,13 +41,14 @@ class Library:
     def __init__(self, handlers: ChatHandlers, store: ChatStore):
         self.handlers = handlers
         self.store = store
+        self.folders: Folders | None = None  # set by the app's layout once made
 
     # -- the list ----------------------------------------------------------------------
 
-    def choices(self, query: str = "") -> list[tuple[str, str]]:
-        """(label, chat id) of every chat matching ``query``, newest first; a chat whose
-        prompt state the pair holds is marked warm."""
-        summaries = self.store.summaries(query.strip())
+    def choices(self, query: str = "", folder: str = EVERY_CHAT) -> list[tuple[str, str]]:
+        """(label, chat id) of every chat in ``folder`` (the list's view) matching ``query``,
+        newest first; a chat whose prompt state the pair holds is marked warm."""
+        summaries = self.store.summaries(query.strip(), folder=store_folder(folder))
         lm = self.handlers.lm
         return [(self._label(s, lm if i < WARM_CHECKED else None), s.id) for i, s in enumerate(summaries)]
 
@@ -60,9 +63,8 @@ class Library:
             return False
         if not chat.messages:
             return False
-        messages = [{"role": "system", "content": chat.system}] if chat.system else []
-        messages += [{"role": m.role, "content": m.content} for m in chat.messages]
         try:
+            messages = chat_prompt(chat.system, chat.messages, self.text_of)
             tokens = lm.prompt_tokens(messages, chat=True)
         except EdgespecError:
             return False
@@ -70,7 +72,10 @@ class Library:
         return bool(tokens) and missing <= max(WARM_SLACK, (1 - WARM_SHARE) * len(tokens))
 
     def chat_list(self, session: Session, query: str = "") -> Any:
-        return gr.update(choices=self.choices(query), value=session.chat_id)
+        return gr.update(choices=self.choices(query, session.folder), value=session.chat_id)
+
+    def text_of(self, sha256: str) -> str:
+        return self.store.attachment(sha256).text
 
     # -- opening -----------------------------------------------------------------------
 
@@ -91,7 +96,9 @@ class Library:
         self.handlers.stop_tab(session, request)
         session.open(None)
         view = self.handlers.answer_view(session, None)
-        view.message, view.system = "", self.store.get_pref(DEFAULT_SYSTEM, "") or ""
+        folder_system = self.folders.default_system(session) if self.folders is not None else None
+        view.attach, view.chips, view.cost = None, "", ""
+        view.message, view.system = "", folder_system or self.store.get_pref(DEFAULT_SYSTEM, "") or ""
         return (*view.values(), self.chat_list(session), *(gr.skip() for _ in SETTING_NAMES))
 
     def open_chat(self, chat_id: str | None, session: Session, request: gr.Request) -> tuple:
@@ -105,13 +112,22 @@ class Library:
         self.handlers.stop_tab(session, request)
         session.open(chat)
         view = self.handlers.answer_view(session, session.last_run)
-        view.message = ""
+        view.message, view.attach, view.chips, view.cost = "", None, "", ""
         view.system = chat.system if chat is not None else self.store.get_pref(DEFAULT_SYSTEM, "") or ""
         settings = chat.settings if chat is not None else {}
         restored = (
             gr.update(value=settings[name]) if name in settings else gr.skip() for name in SETTING_NAMES
         )
         return (*view.values(), self.chat_list(session), *restored)
+
+    def branch(self, index: float, session: Session, request: gr.Request) -> tuple:
+        """A new chat of the open chat's messages up to ``index``, listed beside it and
+        opened; its first follow-up reads only the new message (the prefix is cached)."""
+        if session.chat is None or not 0 <= int(index) < len(session.chat.messages):
+            gr.Warning("nothing to branch from: pick a message of a stored chat")
+            return tuple(gr.skip() for _ in range(len(View.names()) + 1 + len(SETTING_NAMES)))
+        branched = self.store.branch(session.chat.id, int(index))
+        return self._opened(session, branched, request)
 
     def _load_or_none(self, chat_id: str) -> StoredChat | None:
         try:
@@ -165,7 +181,7 @@ class Library:
             gr.Warning("nothing to export: this chat has no messages yet")
             return None
         chat = self.store.load(session.chat.id)
-        text = to_markdown(chat) if kind == "md" else to_json(chat)
+        text = to_markdown(chat) if kind == "md" else to_json(chat, self.store)
         # A folder of its own: Gradio serves the file by its name, which two chats may share.
         folder = Path(tempfile.mkdtemp(prefix="edgespec-export-"))
         path = folder / export_filename(chat, f".{kind}")
@@ -179,8 +195,8 @@ class Library:
         try:
             if not path:
                 raise EdgespecError("choose a chat exported as JSON to import")
-            chat = from_json(Path(path).read_bytes())
+            chat = import_export(self.store, Path(path).read_bytes())
         except (EdgespecError, OSError) as exc:
             view = self.handlers._failure(f"cannot import that file: {exc}")
             return (*view.values(), gr.skip(), *(gr.skip() for _ in SETTING_NAMES))
-        return self._opened(session, self.store.import_chat(chat), request)
+        return self._opened(session, chat, request)

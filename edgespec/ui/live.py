@@ -28,7 +28,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from edgespec.runtime.system import default_threads
 from edgespec.ui.answer import AnswerRun
 from edgespec.ui.gauge import gauge_html
-from edgespec.ui.text import live_stats_html, provenance_css, provenance_legend, provenance_pieces
+from edgespec.ui.markdown_colour import Answer, render_blocks
+from edgespec.ui.page_files import FILES_HEAD
+from edgespec.ui.text import (
+    PROVENANCE_LABELS,
+    live_stats_html,
+    provenance_css,
+    provenance_legend,
+    provenance_pieces,
+)
 
 if TYPE_CHECKING:
     from edgespec.api import EdgeSpec
@@ -65,7 +73,9 @@ WAITING_HTML = (
     "engine. Yours starts when it ends."
 )
 # Runs in the page once, in the hidden live panel: connects to the feed named in the
-# panel and writes each fragment into the last element marked with its slot's name.
+# panel and writes each fragment into the last element marked with its slot's name. What
+# is appended to a slot goes before its own "-tail" slot where it has one: a coloured
+# answer's closed blocks are appended, its open last block is replaced in its tail.
 LIVE_JS = f"""
 let source = null, feed = null;
 const last = (name) => {{
@@ -90,7 +100,9 @@ const connect = () => {{
       if (!slot) continue;
       // A slot that scrolls follows the new text, unless it was scrolled up to read.
       const following = slot.scrollHeight - slot.scrollTop - slot.clientHeight < 8;
-      slot.insertAdjacentHTML('beforeend', markup);
+      const tail = slot.querySelector(`:scope > .live-slot-${{name}}-tail`);
+      if (tail) tail.insertAdjacentHTML('beforebegin', markup);
+      else slot.insertAdjacentHTML('beforeend', markup);
       if (following && slot.scrollHeight > slot.clientHeight) slot.scrollTop = slot.scrollHeight;
     }}
   }};
@@ -156,7 +168,8 @@ document.addEventListener('keydown', (event) => {
     if (event.target.closest('#chats label, #new-chat')) setTimeout(fold, 300);
   });
 })();
-// An answer coloured by provenance is markup in the chat: its copy buttons copy its text.
+// An answer coloured by provenance is markup in the chat, with its Markdown kept, hidden,
+// at its end: its copy buttons copy that Markdown, as they copy a plain answer's.
 (() => {
   const clipboard = navigator.clipboard;
   if (!clipboard || !clipboard.writeText) return;
@@ -167,18 +180,22 @@ document.addEventListener('keydown', (event) => {
     return box.value;
   };
   clipboard.writeText = (value) => write(typeof value === 'string'
-    ? value.replace(/<div class="prov-answer">([\s\S]*?)<\/div>/g, (_, inner) => text(inner))
+    ? value.replace(/<div class="prov-answer">[\s\S]*?<div class="prov-source" hidden>([^<]*)<\/div><\/div>/g,
+      (_, source) => text(source))
     : value);
 })();
 </script>"""
-# The provenance colours (classes: the chat's sanitizer keeps them) and a narrow window's
-# layout: the gauge column goes under the chat instead of squeezing it.
+# The provenance colours (classes: the chat's sanitizer keeps them); a streamed answer's
+# rendered blocks laid out as Markdown in its slot, which keeps plain text's spaces; and a
+# narrow window's layout: the gauge column goes under the chat instead of squeezing it.
 PAGE_STYLE = (
     "<style>\n"
     + provenance_css()
+    + "\n.live-slot-answer > * {white-space:normal}"
     + "\n@media (max-width: 760px) { #gauge-column {min-width: 100% !important} }\n</style>"
 ).encode()
-PAGE_HEAD = PAGE_SCRIPT + KEYS_SCRIPT + PAGE_STYLE
+# Files and branches: the "Branch from here" buttons, drops on the message box, their styles.
+PAGE_HEAD = PAGE_SCRIPT + KEYS_SCRIPT + PAGE_STYLE + FILES_HEAD.encode()
 
 
 class HeadScript:
@@ -225,7 +242,8 @@ def live_slot(name: str, markup: str, style: str = "") -> str:
 
 
 def answer_slot(text: str = "") -> str:
-    """The answer's bubble while it streams: plain text, its indentation kept."""
+    """The answer's bubble while it streams: plain text, its indentation kept, or (the
+    colouring on) its rendered blocks, which the page lays out as Markdown."""
     return live_slot("answer", html.escape(text) or "…", "white-space:pre-wrap")
 
 
@@ -252,7 +270,12 @@ class FeedReader:
     """What one page connection was sent of a feed, so that each message carries only
     what changed: new text is appended (the browser lays out and paints only the new
     lines); the small panels (legend, gauge, stats) are replaced, at most every
-    ``panels_s`` and once at the end."""
+    ``panels_s`` and once at the end.
+
+    A coloured answer is sent as its rendered Markdown, by blocks: a block is appended
+    once it is closed (no later text changes it); the open last block is rendered again
+    with each new text and replaced in its own slot. Rendering starts at the open block,
+    so a message costs the open block and the new text, not the whole answer."""
 
     def __init__(self, feed: Feed, panels_s: float = SMOOTH.panels_s):
         self.feed = feed
@@ -260,6 +283,8 @@ class FeedReader:
         self._position: tuple[int, int] | None = None  # (run, offset) sent; None: nothing yet
         self._shown = feed.shown
         self._panels_at = float("-inf")
+        self._open_at = 0  # where the coloured answer's open block starts in its text
+        self._closed = False  # the finished answer's last block was sent closed
 
     def message(self, now: float) -> dict[str, dict[str, str]]:
         feed = self.feed
@@ -267,20 +292,22 @@ class FeedReader:
             return {"replace": {"stats": WAITING_HTML}}
         message: dict[str, dict[str, str]] = {"replace": {}, "append": {}}
         pieces = [(text, source) for text, source in feed.run.runs]
-        if self._position is None or self._shown != feed.shown:
-            self._shown, start = feed.shown, (0, 0)
-            new = pieces
+        restart = self._position is None or self._shown != feed.shown
+        if restart:
+            self._shown, new = feed.shown, pieces
             message["replace"]["answer"] = ""
         else:
-            start = self._position
-            new = _since(pieces, start)
+            new = _since(pieces, self._position)
         if pieces:
             self._position = (len(pieces) - 1, len(pieces[-1][0]))
         elif self._position is None:
             self._position = (0, 0)
-        if any(text for text, _ in new):
-            # In its chat bubble: coloured by provenance, or plain, as the toggle says.
-            message["append"]["answer"] = provenance_pieces(new, feed.colour)
+        grown = any(text for text, _ in new)
+        # In its chat bubble: coloured by provenance, or plain, as the toggle says.
+        if feed.colour and (restart or grown or (feed.finished and not self._closed)):
+            self._coloured(message, pieces, restart)
+        elif grown and not feed.colour:
+            message["append"]["answer"] = provenance_pieces(new, False)
         if feed.finished or now - self._panels_at >= self.panels_s:
             self._panels_at = now
             message["replace"].update(
@@ -289,6 +316,20 @@ class FeedReader:
                 stats=live_stats_html(feed.run),
             )
         return message
+
+    def _coloured(self, message: dict[str, dict[str, str]], pieces: list[tuple[str, str]], restart: bool):
+        if restart:
+            self._open_at = 0
+        blocks = render_blocks(Answer.of(pieces), self._open_at, self.feed.finished, PROVENANCE_LABELS)
+        self._open_at, self._closed = blocks.open_at, self.feed.finished
+        closed = "".join(blocks.closed)
+        if restart:
+            # The whole answer so far, after the placeholder is cleared: its tail slot last.
+            message["append"]["answer"] = closed + live_slot("answer-tail", blocks.open)
+            return
+        if closed:
+            message["append"]["answer"] = closed
+        message["replace"]["answer-tail"] = blocks.open
 
 
 def _since(pieces: list[tuple[str, str]], position: tuple[int, int]) -> list[tuple[str, str]]:

@@ -1,19 +1,23 @@
-"""The model picker: the pairs on disk and the catalog's (size, whether they fit this
-machine, what ``models recommend`` suggests, the speed measured here or estimated), and
-picking one: downloaded with its progress shown (sha256-checked, resumable, Cancel stops
-it), then loaded in place of the pair the app has, without restarting the app."""
+"""The model picker: the pairs on disk and the catalog's, and the GGUFs other programs
+keep on this computer or a person's folders hold (size, whether they fit this machine,
+what ``models recommend`` suggests, the speed measured here or estimated), and picking
+one: downloaded with its progress shown (sha256-checked, resumable, Cancel stops it),
+then loaded in place of the pair the app has, without restarting the app. A file listed
+with a problem (gone, not a GGUF, a part missing) is refused in one line."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from edgespec.errors import EdgespecError
 from edgespec.models.choices import ModelChoice, model_choices
+from edgespec.models.local import LocalFolders
 from edgespec.ui.pair import PairChoice, PairHolder
 
 PROGRESS_EVERY_S = 0.5  # how often the page is told how far a download or a switch is
@@ -26,8 +30,19 @@ def _size(n: float) -> str:
 class Picker:
     """What the model picker's controls do, for the app's lifetime."""
 
-    def __init__(self, pair: PairHolder):
+    def __init__(
+        self,
+        pair: PairHolder,
+        *,
+        models_dirs: list[Path] | None = None,
+        remember: Callable[[list[str]], None] | None = None,
+    ):
+        """``models_dirs``: folders to search for GGUFs beside other programs' own
+        (``--models-dir``, and those added in the page before); ``add_models_dir`` adds
+        more while the app runs, and hands the whole list to ``remember`` (the store)."""
+        self._remember = remember
         self.pair = pair
+        self.folders = LocalFolders(models_dirs or ())
         self._cancel = threading.Event()
         self._choices: dict[str, ModelChoice] = {}
 
@@ -36,7 +51,7 @@ class Picker:
         from edgespec.decoding.costs import measured_speed
 
         try:
-            listed = model_choices(measured_speed())
+            listed = model_choices(measured_speed(), extra_dirs=self.folders.dirs)
         except EdgespecError:
             listed = []
         self._choices = {choice.key: choice for choice in listed}
@@ -55,6 +70,17 @@ class Picker:
         choices = self.choices()
         return gr.update(choices=choices, value=self.current_key())
 
+    def add_models_dir(self, folder: str) -> tuple[str, Any]:
+        """A folder typed in the page: (status line, the picker listed again with its
+        models), or the one line saying why it was not added."""
+        try:
+            added = self.folders.add(folder)
+        except EdgespecError as exc:
+            return f"**Not added:** {exc}", gr.skip()
+        if self._remember is not None:
+            self._remember([str(path) for path in self.folders.dirs])
+        return f"Looking in {added} too.", self.refresh()
+
     def cancel(self) -> str:
         self._cancel.set()
         return "Cancelling…"
@@ -72,6 +98,9 @@ class Picker:
         choice = self._choices.get(key or "")
         if choice is None:
             yield "Pick a model from the list first.", gr.skip(), gr.skip()
+            return
+        if choice.problem is not None:
+            yield f"**Cannot use {choice.target}:** {choice.problem}", gr.skip(), gr.skip()
             return
         self._cancel.clear()
         try:

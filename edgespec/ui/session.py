@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgespec.decoding.generation import LiveControl
@@ -33,6 +33,12 @@ class Session:
     baseline_job: Any = None  # a baseline being measured (handlers.BaselineJob)
     live: LiveControl | None = None  # the running answer's live control (the lenience slider)
     epoch: int = 0  # bumped when another chat opens: an older epoch's answer must not write back
+    # The files attached to the message being typed (prompt.Attached), and the read-ahead of
+    # the chat and those files into the cache (api.ReadAhead), while there is one.
+    attached: list[Any] = field(default_factory=list)
+    reading: Any = None
+    folder: str = "*"  # the folder the chat list shows: "*" every chat, "" those in none, else its id
+    canvas: Any = None  # the file open in the edit pane (canvas.CanvasFile)
 
     @property
     def chat_id(self) -> str | None:
@@ -54,6 +60,7 @@ class Session:
         from the store. What belonged to the chat that was open is forgotten."""
         self.chat = chat
         self._forget_answers()
+        self.forget_files()
         self.last_run = self.stored_run()
 
     def stored_run(self) -> AnswerRun | None:
@@ -62,6 +69,12 @@ class Session:
             return None
         message = self.chat.messages[-1]
         return answer_from_record(message.content, message.stats, message.provenance, message.steps)
+
+    def forget_files(self) -> None:
+        """Nothing attached, nothing read ahead (what was read stays as cache), no file open."""
+        if self.reading is not None:
+            self.reading.stop()
+        self.attached, self.reading, self.canvas = [], None, None
 
     def baseline(self) -> list[float] | None:
         """The baseline's measured rates, if they were measured for the latest answer."""

@@ -3,12 +3,14 @@ the data, so they are easy to test and the handlers stay about control flow."""
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Sequence
 
 from edgespec.decoding.drafters import NONE_COLOUR
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Stats, Step
 from edgespec.ui.answer import AnswerRun
+from edgespec.ui.markdown_colour import coloured_markdown
 from edgespec.ui.reasons import reason_words
 
 
@@ -43,6 +45,8 @@ LENIENCE_NOTE = (
     "exactly what the target model would produce. A change applies from the next step of a "
     "running answer; it has no effect at temperature 0 (greedy)."
 )
+# A provenance span's tooltip.
+PROVENANCE_LABELS = {source: style[0] for source, style in PROVENANCE_STYLE.items()}
 STEP_HEADERS = ["step", "drafter", "γ planned", "γ drafted", "accepted", "why"]
 _STOP_REASONS = {
     "eos": "the model ended its answer",
@@ -54,10 +58,22 @@ _STOP_REASONS = {
 
 
 def coloured_answer(pieces: Sequence[Sequence[str]]) -> str:
-    """An answer shown by provenance in its chat bubble, in place of its Markdown: one
-    line of HTML (newlines as character references, so Markdown never ends the block at a
-    blank line), its spaces and line breaks kept by the class's style."""
-    return f'<div class="prov-answer">{provenance_pieces(pieces, True)}</div>'
+    """An answer shown by provenance in its chat bubble: its Markdown rendered, with the
+    provenance colours over the rendered text (``markdown_colour``), and its Markdown
+    source, hidden, for the message's copy button (the page's clipboard hook copies it in
+    place of this markup). One line of HTML, newlines as character references: the chat's
+    Markdown would end the HTML block at a blank line (one in a code block, say)."""
+    return _coloured_answer(tuple((text, source) for text, source in pieces))
+
+
+# The chat is drawn again whole at every change (a message sent, the toggle, a chat
+# picked), and rendering a long answer takes tens of milliseconds: its markup is kept.
+@functools.lru_cache(maxsize=64)
+def _coloured_answer(pieces: tuple[tuple[str, str], ...]) -> str:
+    markup = coloured_markdown(pieces, PROVENANCE_LABELS)
+    source = html.escape("".join(text for text, _ in pieces), quote=False)
+    answer = f'<div class="prov-answer">{markup}<div class="prov-source" hidden>{source}</div></div>'
+    return answer.replace("\n", "&#10;")
 
 
 def provenance_pieces(pieces: Sequence[Sequence[str]], colour: bool) -> str:
@@ -84,11 +100,9 @@ def _provenance_span(text: str, source: str) -> str:
 
 
 def provenance_css() -> str:
-    """The provenance classes' colours, and the coloured answer's layout, for the page."""
-    rules = [
-        ".prov-answer{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.6}",
-        ".prov{border-radius:3px}",
-    ]
+    """The provenance classes' colours for the page. A coloured answer is laid out as the
+    chat lays out Markdown; its source, kept for copying, is never shown."""
+    rules = [".prov{border-radius:3px}", ".prov-source{display:none}"]
     rules += [f".prov-{source}{{background:{style[1]}}}" for source, style in PROVENANCE_STYLE.items()]
     return "\n".join(rules)
 

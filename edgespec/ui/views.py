@@ -33,6 +33,7 @@ SETTING_NAMES = (
     "lenience",
 )
 EMPTY_MESSAGE = "Type a message first: the message is empty."
+ATTACHED_MARK = "📎 "
 
 
 @dataclass
@@ -50,6 +51,9 @@ class View:
     error: Any = field(default_factory=gr.skip)
     live: Any = field(default_factory=gr.skip)  # the feed the page reads while an answer runs
     system: Any = field(default_factory=gr.skip)  # the open chat's system prompt
+    attach: Any = field(default_factory=gr.skip)  # the file input of the message being typed
+    chips: Any = field(default_factory=gr.skip)  # its files, their sizes, tokens and how far read
+    cost: Any = field(default_factory=gr.skip)  # what the message costs against the context
 
     @classmethod
     def names(cls) -> list[str]:
@@ -117,7 +121,22 @@ def chat_messages(
 def _bubble(message: StoredMessage, colour: bool) -> str:
     if message.role == "assistant" and colour and message.provenance:
         return coloured_answer(message.provenance)
-    return shown(message.role, message.content) or EMPTY_ANSWER
+    text = shown(message.role, message.content) or EMPTY_ANSWER
+    files = [attached_line(ref) for ref in message.attachments or []]
+    return "\n".join([*files, "", text]) if files else text
+
+
+def attached_line(ref: dict) -> str:
+    """A file sent with a message, as the chat shows it above the message's text."""
+    from edgespec.ui.files import human_size
+
+    tokens = f", {ref['tokens']:,} tokens" if ref.get("tokens") else ""
+    name, size = _md_escape(str(ref.get("name", "file"))), human_size(int(ref.get("size", 0)))
+    return f"{ATTACHED_MARK}**{name}** ({size}{tokens})  "
+
+
+def _md_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "\\`*_[]<>#|" else ch for ch in text)
 
 
 def shown(role: str, text: str) -> str:

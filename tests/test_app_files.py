@@ -195,6 +195,15 @@ def test_branch_folders_and_a_file_too_big(app: AppProcess, tmp_path: Path):
             page.click("ul[role=listbox] li:text-is('All chats')")
             expect(page.locator("#chats label")).to_have_count(3)
 
+            # A file is read ahead while the question is typed, and the chip says how far;
+            # removed from the message, it leaves nothing behind in it.
+            medium = tmp_path / "inventory.csv"
+            medium.write_text("\n".join(f"{n},widget-{n * 7 % 101},{n * 13 % 97} units" for n in range(120)))
+            attach(page, medium)
+            page.wait_for_function(f"() => ({CHIPS_JS[6:]}).includes('read 100 %')")
+            page.click("#attach button[aria-label='Clear'], #attach button[title='Clear']")
+            page.wait_for_function(f"() => ({CHIPS_JS[6:]}) === ''")
+
             # A file over the context: one line naming both numbers; the box keeps both.
             attach(page, big)
             page.fill("#message textarea", "Summarise the file.")

@@ -380,7 +380,13 @@ class ChatHandlers:
         assert run.done is not None
         stats, provenance, steps = answer_record(run)
         message = StoredMessage(
-            "assistant", run.done.text, stats, provenance, steps, dict(pending.options), time.time()
+            role="assistant",
+            content=run.done.text,
+            stats=stats,
+            provenance=provenance,
+            steps=steps,
+            settings=dict(pending.options),
+            created=time.time(),
         )
         self.store.append(pending.chat_id, message)
         if session.chat is not None and session.chat.id == pending.chat_id:

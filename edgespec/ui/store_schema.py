@@ -152,17 +152,10 @@ def from_row(cls: Callable[..., Record], row: sqlite3.Row, **extra: Any) -> Reco
 
 
 def format_size(size: int) -> str:
-    """Bytes as a person reads them (decimal units, as file managers show)."""
-    if size < 1000:
-        return f"{size} B"
-    value = size / 1000
-    if value < 999.5:  # what rounds to 1000 kB reads better as 1.0 MB
-        return f"{value:.0f} kB"
-    for unit in ("MB", "GB"):
-        value /= 1000
-        if value < 999.95:
-            return f"{value:.1f} {unit}"
-    return f"{value / 1000:.1f} TB"
+    """Bytes as a person reads them: the one way the app writes a size (``files.human_size``)."""
+    from edgespec.ui.files import human_size
+
+    return human_size(size)
 
 
 def _create_v1(db: sqlite3.Connection) -> None:

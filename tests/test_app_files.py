@@ -189,6 +189,7 @@ def test_branch_folders_and_a_file_too_big(app: AppProcess, tmp_path: Path):
             page.click("#folder-new")
             expect(page.locator("#chats label")).to_have_count(0)
             page.click("#new-chat")
+            page.wait_for_function(f"() => {BUBBLES_JS[6:]} === 0")  # the new chat is open
             ask(page, "Say hello, one word.")
             expect(page.locator("#chats label")).to_have_count(1)
             page.click("#folders input")

@@ -100,6 +100,7 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
             first = page.evaluate(CHAT_TEXT_JS)
             # A second chat, with a system prompt that shows in its answer.
             page.click("#new-chat")
+            page.wait_for_function(f"() => {BUBBLES_JS[6:]} === 0")  # the new chat is open
             page.fill("#system textarea", "You always answer in French.")
             ask(page, "Say good morning.")
             french = page.evaluate(CHAT_TEXT_JS).lower()
@@ -108,6 +109,7 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
             # Escape stops an answer: held in flight by a budget no machine decodes before
             # the test looks (the story is stopped long before 1024 tokens).
             page.click("#new-chat")
+            page.wait_for_function(f"() => {BUBBLES_JS[6:]} === 0")
             page.fill("#max-tokens input[type=number]", "1024")
             page.keyboard.press("Tab")
             page.fill("#message textarea", "Write a long story about a lighthouse keeper.")

@@ -26,7 +26,7 @@ from edgespec.ui.canvas_text import download_name, edit_messages, line_diff, rev
 from edgespec.ui.chat_store import ChatStore
 from edgespec.ui.prompt import Attached
 from edgespec.ui.session import Session
-from edgespec.ui.text import final_stats_markdown, provenance_pieces
+from edgespec.ui.text import provenance_pieces
 from edgespec.ui.views import Throttle, owner_of, parse_gamma
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class CanvasFile:
     text: str
     revision: str | None = None
     answer: str = ""  # the model's whole answer, of which the revision is the file
+    complete: bool = False  # the answer ended by itself: a revision cut short is no file
 
 
 class Canvas:
@@ -112,6 +113,7 @@ class Canvas:
         if done is None:
             return gr.skip(), gr.skip(), gr.skip(), "the revision ended without a result"
         canvas.answer = done.text
+        canvas.complete = done.stop_reason in ("eos", "stop_string")
         canvas.revision = revision_from_answer(done.text, canvas.text)
         diff = line_diff(canvas.text, canvas.revision)
         changed = (
@@ -120,7 +122,11 @@ class Canvas:
         folder = Path(tempfile.mkdtemp(prefix="edgespec-revision-"))
         path = folder / download_name(canvas.file.name)
         path.write_text(canvas.revision, encoding="utf-8")
-        stats = final_stats_markdown(done.stats, done.stop_reason)
+        s = done.stats
+        stats = (f"{s.tokens:,} tokens · {s.decode_tokens_per_second:.1f} tokens/s decoding · "
+                 f"{s.accepted:,} of {s.drafted:,} drafted tokens accepted · τ {s.tau:.2f}")  # fmt: skip
+        if done.stop_reason not in ("eos", "stop_string"):
+            stats += f" · **cut short ({done.stop_reason.replace('_', ' ')}): not the whole file**"
         shown = _runs_of(run.runs, done.text, canvas.revision)
         return _pre(shown, coloured=True), changed + diff.html, str(path), stats
 
@@ -130,6 +136,9 @@ class Canvas:
         canvas = session.canvas
         if canvas is None or canvas.revision is None:
             gr.Warning("nothing to accept: run an instruction first")
+            return gr.skip(), gr.skip(), gr.skip()
+        if not canvas.complete:
+            gr.Warning("the revision was cut short (the context is full): it is not the whole file")
             return gr.skip(), gr.skip(), gr.skip()
         data = canvas.revision.encode("utf-8")
         sha = self.store.put_attachment(data, canvas.revision, canvas.file.kind)

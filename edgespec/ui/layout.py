@@ -30,7 +30,8 @@ from edgespec.ui.figures import steps_chart_html
 from edgespec.ui.folders import Folders
 from edgespec.ui.handlers import ChatHandlers, empty_gauge
 from edgespec.ui.layout_files import (
-    attach_row,
+    attach_chips,
+    attach_input,
     branch_controls,
     canvas_column,
     folders_panel,
@@ -100,7 +101,7 @@ def build_app(
         with gr.Row(equal_height=False):
             with gr.Column(scale=4, min_width=320):
                 view = _chat_column()
-                files = attach_row()
+                files = view.pop("files")
                 view.update({name: files[name] for name in ("attach", "chips", "cost")})
             pane = canvas_column()
             with gr.Column(scale=1, min_width=220, elem_id="gauge-column"):
@@ -197,10 +198,13 @@ def _chat_column() -> dict[str, Any]:
     with gr.Row():
         message = gr.Textbox(placeholder="Ask something (Enter sends, Shift+Enter: a new line, Esc stops)",
                              show_label=False, scale=6, elem_id="message", lines=1, max_lines=12)  # fmt: skip
+        files = attach_input()
         with gr.Column(scale=1, min_width=90):
             send = gr.Button("Send", variant="primary", elem_id="send", size="sm")
             stop = gr.Button("Stop", variant="stop", elem_id="stop", size="sm")
             regenerate = gr.Button("Regenerate", elem_id="regenerate", size="sm")
+            files["canvas_open"] = gr.Button("Edit the file", size="sm", elem_id="canvas-open")
+    files.update(attach_chips())
     # Empty and unseen: it names the running answer's feed, and its script reads it.
     live = gr.HTML("", elem_id="live-feed", js_on_load=LIVE_JS, container=False)
     return {
@@ -212,6 +216,7 @@ def _chat_column() -> dict[str, Any]:
         "send": send,
         "stop": stop,
         "regenerate": regenerate,
+        "files": files,
     }
 
 

@@ -19,17 +19,21 @@ QUICK = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
 READ_TICK_S = 1.0  # how often the chips say how far the read-ahead has read
 
 
-def attach_row() -> dict[str, Any]:
-    """Under the message box: what is attached, what the message costs, and the input."""
-    with gr.Row(elem_id="attach-row", equal_height=False):
-        attach = gr.File(label="Attach files (or drop them on the message box)", file_count="multiple",
-                         elem_id="attach", height=110, scale=2)  # fmt: skip
-        with gr.Column(scale=3, min_width=200):
-            chips = gr.HTML("", elem_id="attach-chips", js_on_load=None)
-            cost = gr.Markdown("", elem_id="attach-cost")
-            edit = gr.Button("Edit the file", size="sm", elem_id="canvas-open")
-    timer = gr.Timer(READ_TICK_S, active=False)
-    return {"attach": attach, "chips": chips, "cost": cost, "canvas_open": edit, "timer": timer}
+def attach_input() -> dict[str, Any]:
+    """Beside the message box: the file input (a click chooses files; files dropped on it
+    or on the message box are attached too)."""
+    attach = gr.File(label="Attach files", file_count="multiple", elem_id="attach", height=96, scale=2,
+                     min_width=150)  # fmt: skip
+    return {"attach": attach}
+
+
+def attach_chips() -> dict[str, Any]:
+    """Under the message box: what is attached (read ahead how far), and what the message
+    costs against the context; both empty while nothing is attached."""
+    with gr.Row(elem_id="attach-row"):
+        chips = gr.HTML("", elem_id="attach-chips", js_on_load=None, container=False)
+        cost = gr.Markdown("", elem_id="attach-cost", container=False)
+    return {"chips": chips, "cost": cost, "timer": gr.Timer(READ_TICK_S, active=False)}
 
 
 def canvas_column() -> dict[str, Any]:
@@ -45,11 +49,12 @@ def canvas_column() -> dict[str, Any]:
             elem_id="canvas-instruction",
         )
         with gr.Row():
-            run = gr.Button("Revise", variant="primary", size="sm", elem_id="canvas-run")
-            accept = gr.Button("Accept", size="sm", elem_id="canvas-accept")
-            download = gr.DownloadButton("Download", size="sm", elem_id="canvas-download", value=None)
-            copy = gr.Button("Copy", size="sm", elem_id="canvas-copy")
-            close = gr.Button("Close", size="sm", elem_id="canvas-close")
+            narrow = {"size": "sm", "min_width": 70}
+            run = gr.Button("Revise", variant="primary", elem_id="canvas-run", **narrow)
+            accept = gr.Button("Accept", elem_id="canvas-accept", **narrow)
+            download = gr.DownloadButton("Download", elem_id="canvas-download", value=None, **narrow)
+            copy = gr.Button("Copy", elem_id="canvas-copy", **narrow)
+            close = gr.Button("Close", elem_id="canvas-close", **narrow)
         stats = gr.Markdown("", elem_id="canvas-stats")
         diff = gr.HTML("", elem_id="canvas-diff", js_on_load=None)
     return {"column": column, "title": title, "view": view, "instruction": instruction, "run": run,

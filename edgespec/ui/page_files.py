@@ -33,7 +33,7 @@ FILES_SCRIPT = """<script>
         button.className = 'branch-button';
         button.type = 'button';
         button.title = 'Branch from here: a new chat of the messages up to this one';
-        button.textContent = '⑂ Branch from here';
+        button.textContent = 'Branch from here';
         button.addEventListener('click', (event) => {
           event.stopPropagation();
           const all = Array.from(document.querySelectorAll('#chatbot .message-row'));

@@ -51,7 +51,7 @@ class Attachments:
                 problems.append(str(exc))
         if problems:
             gr.Warning(" · ".join(problems))
-        session.attached = files
+        session.attached = [session.revisions.get(file.sha256, file) for file in files]
         self._read_ahead(session, request)
         return self.chips(session), self.cost_line(session), gr.Timer(active=session.reading is not None)
 
@@ -75,6 +75,8 @@ class Attachments:
     def replace(self, session: Session, old: Attached, new: Attached, request: gr.Request | None) -> None:
         """An accepted revision takes its file's place in the message being typed."""
         session.attached = [new if file == old else file for file in session.attached]
+        originals = [sha for sha, revised in session.revisions.items() if revised == old] or [old.sha256]
+        session.revisions.update({sha: new for sha in originals})
         self._read_ahead(session, request)
 
     def clear(self, session: Session) -> None:

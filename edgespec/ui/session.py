@@ -37,6 +37,9 @@ class Session:
     # the chat and those files into the cache (api.ReadAhead), while there is one.
     attached: list[Any] = field(default_factory=list)
     reading: Any = None
+    # An attached file's accepted revision, by the sha256 of the file it revises: the file
+    # input still holds the original, and a file added beside it must not bring it back.
+    revisions: dict[str, Any] = field(default_factory=dict)
     folder: str = "*"  # the folder the chat list shows: "*" every chat, "" those in none, else its id
     canvas: Any = None  # the file open in the edit pane (canvas.CanvasFile)
 
@@ -74,7 +77,7 @@ class Session:
         """Nothing attached, nothing read ahead (what was read stays as cache), no file open."""
         if self.reading is not None:
             self.reading.stop()
-        self.attached, self.reading, self.canvas = [], None, None
+        self.attached, self.reading, self.canvas, self.revisions = [], None, None, {}
 
     def baseline(self) -> list[float] | None:
         """The baseline's measured rates, if they were measured for the latest answer."""

@@ -7,9 +7,9 @@
     print(done.text, done.stats.tau)
     for event in lm.stream("def quicksort(xs):", drafter="ngram", gamma=4):
         ...                                           # Token / Step / Done events
-    answer = lm.start(lm.request("Explain caches", chat=True))   # one answer, as an object
+    answer = lm.submit(lm.request("Explain caches", chat=True))  # the live answer
     ...                                               # answer.stop() from any thread
-    for event in lm.events(answer): ...
+    for event in answer.events(): ...
     reading = lm.read_ahead(lm.prompt_prefix_tokens(history, attached))  # while the question is typed
     reading.progress()                                # (tokens read, of all)
 
@@ -20,12 +20,10 @@ package registry); the pair is checked for vocabulary compatibility before anyth
 from __future__ import annotations
 
 import sys
-import threading
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from edgespec.decoding.auto import PairState
 from edgespec.decoding.choice import DEFAULT_DRAFTER, DEFAULT_GAMMA, MAX_GAMMA, check_choice, make_policy
@@ -37,8 +35,10 @@ from edgespec.decoding.penalties import DEFAULT_LAST_N, Penalties
 from edgespec.decoding.policy import Policy
 from edgespec.decoding.read_ahead import ReadAhead
 from edgespec.decoding.request import GenerationSettings, Request
-from edgespec.decoding.runner import END
+from edgespec.decoding.runner import Deliver
 from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.slots import Occupancy
+from edgespec.decoding.slots import QueueFull as QueueFull  # what a front end's limit raises
 from edgespec.errors import EdgespecError, RequestError
 from edgespec.models import catalog
 from edgespec.models.pairing import choose_draft
@@ -51,6 +51,7 @@ from edgespec.runtime.prompt_cache import CacheOptions, PromptCache
 from edgespec.runtime.tokens import common_prefix
 
 DEFAULT = "default"
+T = TypeVar("T")
 
 
 DEFAULT_MAX_GAMMA = MAX_GAMMA
@@ -150,10 +151,6 @@ class EdgeSpec:
             self.prompt_cache.attach(*(m for m in (self.target, self.draft) if m is not None))
         # Held, no answer runs on the pair (each other one leases a slot of the engine's).
         self.lock = self.engine.slots.lock
-        # Answers started and not ended, for close to end them (weakly held: an answer
-        # that is dropped unread goes with its last reference).
-        self._open: weakref.WeakSet[Generation] = weakref.WeakSet()
-        self._open_guard = threading.Lock()
         self._controller: PairState | None = None
 
     def controller_state(self, *, quiet: bool = False) -> PairState:
@@ -239,8 +236,8 @@ class EdgeSpec:
 
     # -- generation ---------------------------------------------------------------------
 
-    def policy(self, drafter: str = DEFAULT_DRAFTER, gamma: int | str = DEFAULT_GAMMA) -> Policy:
-        """The policy for (drafter, γ): see ``edgespec.decoding.choice``."""
+    def _policy(self, drafter: str, gamma: int | str) -> Policy:
+        """The policy for a checked request's (drafter, γ): see ``edgespec.decoding.choice``."""
         return make_policy(
             drafter,
             gamma,
@@ -296,50 +293,38 @@ class EdgeSpec:
         )
         return Request(tuple(tokens), settings, drafter, gamma)
 
-    def start(self, request: Request) -> Generation:
-        """One answer to ``request``, as an object: read it with ``events``; its ``stop()``
-        ends it (and no other answer) from any thread, even before it runs."""
-        answer = self.engine.start(request, self.policy(request.drafter, request.gamma))
-        with self._open_guard:
-            self._open.add(answer)
-        return answer
-
-    def events(self, answer: Generation, every_s: float = 0.0) -> Iterator[Event]:
-        """Run an answer made by ``start``: the pair's loop admits it into a slot of its
-        own (``RuntimeOptions.parallel`` answers run at once, taking turns step by step;
-        with every slot taken it waits, in arrival order). ``every_s``: with an engine
-        thread, hand the events over in bunches at most that often (a reader that shows
-        them a few times a second), the first and the last at once."""
-        try:
-            yield from answer.events(every_s)
-            if self._controller is not None:
-                self._controller.check_costs()
-        finally:
-            with self._open_guard:
-                self._open.discard(answer)
-
     def submit(
-        self, answer: Generation, deliver: Callable[[list[object]], None], limit: int | None = None
-    ) -> int:
-        """Run an answer made by ``start`` with its events handed to ``deliver`` from the
-        pair's loop, in lists, the last ending with ``decoding.runner.END`` or an exception
-        (a front end with an event loop of its own: no thread waits for it). How many
-        answers were ahead of it; ``limit``: at most that many may wait, else
-        ``QueueFull``."""
-
-        def delivered(events: list[object]) -> None:
-            if events and events[-1] is END:
-                with self._open_guard:
-                    self._open.discard(answer)
-                if self._controller is not None:
-                    self._controller.check_costs()
-            deliver(events)
-
-        return answer.submit(delivered, limit)
+        self,
+        request: Request,
+        *,
+        owner: str | None = None,
+        deliver: Deliver | None = None,
+        limit: int | None = None,
+    ) -> Generation:
+        """The one way every front end asks for an answer: ``request`` (from ``request``)
+        queued for a slot of the pair's loop, as the live answer it returns. Its ``stop()``
+        ends it (and no other answer) from any thread, waiting or running; ``owner`` (an
+        app tab, a connection) is whose it is, for ``stop_answers``. Its events are read
+        with ``answer.events()``, or, given ``deliver``, handed to it from the pair's loop
+        in lists, the last ending with ``decoding.runner.END`` or an exception (a front end
+        with an event loop of its own: no thread waits). ``answer.ahead``: the answers
+        ahead of it; ``limit``: at most that many may wait, else ``QueueFull``.
+        Without an engine thread and ``deliver`` the answer is queued, and runs in the
+        reader's thread, on the first read of its events."""
+        policy = self._policy(request.drafter, request.gamma)
+        answer = self.engine.start(request, policy, owner=owner, deliver=deliver)
+        if deliver is not None or self.threaded:
+            answer.enqueue(limit)
+        return answer
 
     def answers(self, owner: str | None = None) -> list[Generation]:
         """The answers running or waiting for a slot (``owner``'s only, when given)."""
         return self.engine.slots.answers(owner)  # type: ignore[return-value]  # (generations)
+
+    def occupancy(self) -> Occupancy:
+        """How many slots the pair has, how many answers hold one and how many wait: what a status
+        line and ``/metrics`` show."""
+        return self.engine.slots.occupancy()
 
     def stop_answers(self, owner: str | None = None) -> int:
         """End the answers running or waiting (``owner``'s only: an app tab's Stop ends its
@@ -349,6 +334,31 @@ class EdgeSpec:
             answer.stop()
         return len(answers)
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no answer holds a slot (within ``timeout`` seconds); whether none does."""
+        return self.engine.slots.wait_idle(timeout)
+
+    def end_answers(self, error: BaseException) -> int:
+        """End every answer running or waiting with ``error`` handed to its reader, each
+        once, and every call waiting on the pair's loop: for a loop that will not come back
+        from the pass it is in (a lost worker of a split target). How many answers ended."""
+        return self.engine.end_answers(error)
+
+    def call(self, call: Callable[..., T], *args: object) -> T:
+        """``call(*args)`` on the pair's loop, between two rounds (every model call on the
+        pair is made there: an embedding's batches); its exception is raised here."""
+        return self.engine.turn.run(call, *args)
+
+    @property
+    def threaded(self) -> bool:
+        """Whether the pair's loop runs on an engine thread of its own."""
+        return self.engine.turn.threaded
+
+    @property
+    def drafters(self) -> tuple[str, ...]:
+        """The drafters this pair can have, by name."""
+        return self.engine.drafters
+
     def stream(
         self,
         prompt: str | list[dict[str, Any]] | list[int],
@@ -356,7 +366,7 @@ class EdgeSpec:
         **request: Any,
     ) -> Iterator[Event]:
         """Stream events for one generation: ``request`` keywords as ``request`` takes them."""
-        yield from self.events(self.start(self.request(prompt, settings, **request)))
+        yield from self.submit(self.request(prompt, settings, **request)).events()
 
     def generate(self, prompt, settings: GenerationSettings | None = None, **kwargs) -> Done:
         done = None
@@ -407,10 +417,10 @@ class EdgeSpec:
     def close(self, timeout: float = 60.0) -> None:
         """End the answers still open on this pair, and free the models once the running
         one has let go of them (within ``timeout`` seconds; else they are left loaded)."""
-        with self._open_guard:
-            for answer in list(self._open):
-                answer.stop()
+        self.stop_answers()
         self.engine.stop_reading()
+        if self._controller is not None:
+            self._controller.check_costs()
         if not self.lock.acquire(timeout=timeout):
             return
         try:
@@ -496,15 +506,23 @@ def _is_messages(prompt: object) -> bool:
 
 
 def constraint_from(
-    grammar: str | GrammarSpec | None, json_schema: dict | None, json_object: bool
+    grammar: str | GrammarSpec | None,
+    json_schema: dict | None,
+    json_object: bool,
+    *,
+    model: Model | None = None,
 ) -> GrammarSpec | None:
-    """The grammar an answer must follow, from the one way it was given (or None)."""
+    """The grammar an answer must follow, from the one way it was given (or None): the one
+    builder, for every front end. ``model``: the vocabulary GBNF is checked against, which
+    token references (``<|im_end|>``) need; the server passes its target."""
     given = {"grammar": grammar, "json_schema": json_schema, "json_object": json_object or None}
     one_constraint([name for name, value in given.items() if value is not None])
     if isinstance(grammar, GrammarSpec):
         return grammar
     if grammar is not None:
-        return compile_grammar(grammar)
+        if not isinstance(grammar, str):  # a JSON body may hold anything
+            raise RequestError("'grammar' must be a GBNF grammar (a string)", "grammar")
+        return compile_grammar(grammar, model=model)
     if json_schema is not None:
         return GrammarSpec(schema_grammar(json_schema))
     if json_object:

@@ -31,7 +31,7 @@ QUESTION = "Which function in this file should I read first, and why?"  # ten wo
 
 def answer(lm, messages: list[dict], **kwargs) -> Done:
     done = None
-    for event in lm.events(lm.start(lm.request(messages, chat=True, **kwargs))):
+    for event in lm.submit(lm.request(messages, chat=True, **kwargs)).events():
         if isinstance(event, Done):
             done = event
     assert done is not None

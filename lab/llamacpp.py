@@ -6,7 +6,7 @@ hash of the last tokens over the context, drafting 48 to 64) and ``draft-simple`
 draft model, up to 3 tokens a step). It is built from the llama.cpp sources vendored in
 the ``llama-cpp-python`` sdist, outside the repository, as are ``llama-server`` (for
 ``edgespec bench --sessions --llama-server BINARY``) and ``llama-bench``
-(``tools/costs_check.py``):
+(``lab/costs_check.py``):
 
     python -m lab.llamacpp build [--tool llama-server]   # once: configures and builds it (minutes)
     python -m lab.llamacpp bench [BENCH OPTIONS] [--binary BINARY]

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from gradio_client.utils import Status
 from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.decoding.drafters import AUTO, CHOICE_HELP, CHOICES, NONE, NONE_COLOUR, REGISTRY
 from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, Stats, Step, Token
+from edgespec.decoding.generation import Generation
 from edgespec.runtime.prompt_cache import GIB, CacheOptions
 from edgespec.ui.answer import AnswerRun, answer_from_record, answer_record
 from edgespec.ui.figures import (
@@ -38,7 +39,7 @@ from edgespec.ui.figures import (
     steps_chart_html,
 )
 from edgespec.ui.gauge import gauge_html
-from edgespec.ui.handlers import View
+from edgespec.ui.handlers import UPDATE_INTERVAL_S, View
 from edgespec.ui.layout import build_app, drafter_choices, drafter_help, launch_app
 from edgespec.ui.library import WARM_MARK
 from edgespec.ui.reasons import FIXED_WORDS, IDLE_WORDS, reason_words
@@ -84,6 +85,9 @@ FAST = {
 LISTED = len(View.names())  # where the chat list is among an opening handler's outputs
 CODE_PROMPT = "Write a Python function that adds two numbers."
 LONG_PROMPT = "Write a long, detailed story about a robot who learns to paint."
+# An answer a test needs in flight is held there by a budget no machine decodes before the
+# test has looked, then stopped: no test waits for an answer to be slow.
+HELD = 1024
 
 # -- what the panels say, from synthetic events (no models) ----------------------------------
 
@@ -426,8 +430,25 @@ def wait_for_text(job, timeout: float = 120) -> str:
     raise AssertionError("no answer text streamed back")
 
 
+def read_slowly(monkeypatch) -> None:
+    """Each answer's events handed to its reader (the app) a throttle interval apart after
+    every step, as a slow machine hands them: the updates the app streams, whatever the
+    speed of the machine decoding (a fast one ends 32 tokens before a second is due)."""
+    events = Generation.events
+
+    def paced(answer: Generation, every_s: float = 0.0) -> Iterator[Event]:
+        with closing(events(answer, every_s)) as inner:
+            for event in inner:
+                yield event
+                if isinstance(event, Step):
+                    time.sleep(UPDATE_INTERVAL_S)
+
+    monkeypatch.setattr(Generation, "events", paced)
+
+
 @needs_models
-def test_answer_streams_with_stats_and_continues_the_conversation(client: Client):
+def test_answer_streams_with_stats_and_continues_the_conversation(client: Client, monkeypatch):
+    read_slowly(monkeypatch)
     job = ask(client, CODE_PROMPT)
     final = job.result(timeout=180)
     texts = [answer_text(o[OUT["chatbot"]]) for o in job.outputs()]
@@ -530,7 +551,7 @@ def test_prompt_longer_than_the_context_is_reported(client: Client, lm: EdgeSpec
 
 @needs_models
 def test_stop_ends_the_generation_at_once_and_the_session_goes_on(client: Client):
-    job = ask(client, LONG_PROMPT, max_tokens=400)
+    job = ask(client, LONG_PROMPT, max_tokens=HELD)
     wait_for_text(job)
     stopped_at = time.monotonic()
     client.predict(api_name="/stop")
@@ -550,7 +571,7 @@ def test_second_session_waits_its_turn_and_cannot_stop_the_first(app_url: str, c
     try:
         # The first answer is long enough that it cannot end before the second is queued;
         # it ends when its own session stops it, at a point the test chooses.
-        first = ask(client, LONG_PROMPT, max_tokens=400)
+        first = ask(client, LONG_PROMPT, max_tokens=HELD)
         wait_for_text(first)
         second = ask(other, "Say hello in one word.", max_tokens=16)
         other.predict(api_name="/stop")  # not its generation: must change nothing
@@ -586,7 +607,7 @@ def test_baseline_is_measured_before_any_speedup_is_shown(client: Client):
 @needs_models
 def test_a_new_chat_mid_generation_stops_the_answer_and_keeps_what_it_said(client: Client):
     ask(client, "Say hello in one word.", max_tokens=16).result(timeout=180)
-    job = ask(client, LONG_PROMPT, max_tokens=400)
+    job = ask(client, LONG_PROMPT, max_tokens=HELD)
     wait_for_text(job)
     fresh_chat = client.predict("", api_name="/new_chat")
     assert fresh_chat[OUT["chatbot"]] == []
@@ -604,14 +625,14 @@ def test_a_new_chat_mid_generation_stops_the_answer_and_keeps_what_it_said(clien
 @needs_models
 def test_lenience_reaches_the_running_generation(client: Client, lm: EdgeSpec, monkeypatch):
     seen: list = []
-    real_start = lm.start
+    real_submit = lm.submit
 
-    def spy(request):
-        seen.append(real_start(request))
+    def spy(request, **kwargs):
+        seen.append(real_submit(request, **kwargs))
         return seen[-1]
 
-    monkeypatch.setattr(lm, "start", spy)
-    job = ask(client, LONG_PROMPT, max_tokens=400, temperature=0.8, seed="7")
+    monkeypatch.setattr(lm, "submit", spy)
+    job = ask(client, LONG_PROMPT, max_tokens=HELD, temperature=0.8, seed="7")
     wait_for_text(job)
     client.predict(0.5, api_name="/set_lenience")
     assert seen[-1].live.lenience == 0.5, "the slider must reach the answer that is running"

@@ -148,7 +148,8 @@ def test_attach_ask_edit_accept_and_edit_again(app: AppProcess, tmp_path: Path):
             changed = revise(page, "Rename the function twice to double everywhere in the file.")
             shown = page.locator("#canvas-view pre").inner_text()
             # It edited the accepted revision: no trace of the name the first edit removed.
-            assert "def double(x):" in shown and "add(" not in shown, shown
+            # (Its argument's name is the model's choice: greedy runs may part at near-ties.)
+            assert "def double(" in shown and "def twice(" not in shown and "add(" not in shown, shown
             page.screenshot(path=str(OUTPUT_DIR / "app_canvas.png"))
 
             # A file dropped on the message box is attached as one chosen is.

@@ -63,6 +63,26 @@ def ask(page, question: str) -> None:
     wait_idle(page)
 
 
+# Before an action that starts an answer: notes the answer's live bubble the moment it is
+# drawn, however soon the end takes it away again (a fast machine may answer between two
+# looks of the test's own).
+WATCH_ANSWER_JS = """() => {
+    window.answerWatch?.disconnect();
+    window.answerSeen = false;
+    const look = () => { window.answerSeen ||= !!document.querySelector('#chatbot .live-slot-answer'); };
+    window.answerWatch = new MutationObserver(look);
+    window.answerWatch.observe(document.body, {childList: true, subtree: true});
+}"""
+
+
+def answered(page, act) -> None:
+    """Do ``act`` (a click that starts an answer) and wait for that answer's end."""
+    page.evaluate(WATCH_ANSWER_JS)
+    act()
+    page.wait_for_function("() => window.answerSeen", timeout=TIMEOUT_MS)
+    wait_idle(page)
+
+
 def wait_idle(page) -> None:
     """Until the answer's last panels are drawn: the live feed has let go of the chat."""
     page.wait_for_function(
@@ -72,8 +92,11 @@ def wait_idle(page) -> None:
 
 
 def open_page(browser, url: str, width: int = 1280, height: int = 800):
+    from playwright.sync_api import expect
+
     page = browser.new_page(viewport={"width": width, "height": height}, accept_downloads=True)
     page.set_default_timeout(TIMEOUT_MS)
+    expect.set_options(timeout=TIMEOUT_MS)  # its own default is 5 s: short on a busy machine
     page.goto(url)
     page.wait_for_selector("#message textarea")
     return page
@@ -105,6 +128,8 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
             ask(page, "Say good morning.")
             french = page.evaluate(CHAT_TEXT_JS).lower()
             assert "bonjour" in french, french
+            # The list is read again once the answer is in, in an event after its last.
+            expect(page.locator("#chats label")).to_have_count(2)
             assert listed(page)[:2] == ["Say good morning.", "Name one primary colour, one word."]
             # Escape stops an answer: held in flight by a budget no machine decodes before
             # the test looks (the story is stopped long before 1024 tokens).
@@ -145,17 +170,14 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
 
             # Regenerate: the last answer again (greedy: the same), nothing added.
             bubbles = page.evaluate(BUBBLES_JS)
-            page.click("#regenerate")
-            page.wait_for_selector("#chatbot .live-slot-answer")
-            wait_idle(page)
+            answered(page, lambda: page.click("#regenerate"))
             assert page.evaluate(BUBBLES_JS) == bubbles
             assert "bonjour" in page.evaluate(CHAT_TEXT_JS).lower()
             # Edit the question in the chat and send it: it is answered anew, in place.
             page.click("#chatbot button[aria-label='Edit']")
             page.fill("#chatbot textarea", "Say good night.")
-            page.click("#chatbot button[aria-label='Submit'], #chatbot button[title='Submit']")
-            page.wait_for_selector("#chatbot .live-slot-answer")
-            wait_idle(page)
+            submit = "#chatbot button[aria-label='Submit'], #chatbot button[title='Submit']"
+            answered(page, lambda: page.click(submit))
             assert page.evaluate(BUBBLES_JS) == bubbles
             edited = page.evaluate(CHAT_TEXT_JS)
             assert "Say good night." in edited and "Say good morning." not in edited, edited
@@ -169,10 +191,10 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
             expect(page.locator("#chats label")).to_have_count(1)
             page.fill("#chat-search textarea", "")
             expect(page.locator("#chats label")).to_have_count(3)
-            exported = export(page, "#export-md")
+            exported = export(page, "#export-md", ".md")
             assert "# French greetings" in exported and "Say good night." in exported
             assert "You always answer in French." in exported
-            document = json.loads(export(page, "#export-json"))
+            document = json.loads(export(page, "#export-json", ".json"))
             assert [m["role"] for m in document["messages"]] == ["user", "assistant"]
             json_file = app.data.parent / "chat.json"
             json_file.write_text(json.dumps(document))
@@ -193,13 +215,23 @@ def test_the_app_keeps_chats_across_a_restart(app: AppProcess):
     assert titles.count("French greetings") == 1, titles  # the copy imported was deleted
 
 
-def export(page, button: str) -> str:
-    """The text of the file an export button offers for download."""
+# The address of the file the export panel offers ("" before any): Gradio serves it at
+# .../gradio_api/file=<its own folder>/<name>, so an export's suffix ends it.
+EXPORT_HREF_JS = "() => document.querySelector('#export-file a[download]')?.href || ''"
+
+
+def export(page, button: str, suffix: str) -> str:
+    """The text of the file an export button offers for download: the one this click put
+    up (its name ends with ``suffix``), never one an earlier export left in the panel, which
+    stays there until the click's answer replaces it."""
+    before = page.evaluate(EXPORT_HREF_JS)
     page.click(button)
-    link = page.locator("#export-file a[download]").first
-    link.wait_for()
-    href = link.get_attribute("href")
-    return httpx.get(href if href.startswith("http") else page.url.rstrip("/") + href, timeout=30).text
+    offered = page.wait_for_function(
+        f"([before, suffix]) => {{ const href = ({EXPORT_HREF_JS})();"
+        " return href !== before && href.endsWith(suffix) && href; }",
+        arg=[before, suffix],
+    )
+    return httpx.get(offered.json_value(), timeout=30).text
 
 
 def test_a_chat_reopened_after_a_restart_answers_as_without_it(app: AppProcess):

@@ -251,7 +251,7 @@ def test_the_first_token_ends_its_turn_before_the_draft_model_reads_the_prompt(p
     """So a new answer's first token reaches its reader after the target's prefill alone."""
     pair.draft.sequence(0).reset()
     request = pair.request(HILLS, drafter="model", gamma=3, max_tokens=4)
-    answer = pair.start(request)
+    answer = pair.submit(request)
     seen = raw_turns(pair, answer)
     seen = seen[seen.index("token") :]  # (before it, the target's batches of the prompt)
     context = len(answer.request.prompt) + 1
@@ -266,7 +266,7 @@ def test_a_draft_model_chosen_late_catches_up_a_batch_per_turn(pair) -> None:
     reading (``auto`` chooses it after plain steps)."""
     pair.draft.sequence(0).reset()
     request = pair.request(HILLS, drafter="model", gamma=3, max_tokens=4)
-    answer = pair.start(request)
+    answer = pair.submit(request)
     answer.policy.prefill_draft = False  # as ``auto``: the draft model is not read ahead
     seen = raw_turns(pair, answer)
     seen = seen[seen.index("token") :]
@@ -321,14 +321,14 @@ def test_an_answer_whose_batches_yield_reads_each_again_and_answers_the_same(pai
     next turn, and the answer is the one it gives without arrivals."""
     text = "Tell me about the forest. " * 45  # three batches of 128 tokens
     fresh(pair)
-    plain = pair.start(pair.request(text, drafter="none", max_tokens=8))
+    plain = pair.submit(pair.request(text, drafter="none", max_tokens=8))
     expected = raw_turns(pair, plain)
     expected_text = plain.text.text
     fresh(pair)
     arrival = pair.engine.turn.arrival  # (unthreaded, nothing else sets it)
     arrival.set()
     try:
-        answer = pair.start(pair.request(text, drafter="none", max_tokens=8))
+        answer = pair.submit(pair.request(text, drafter="none", max_tokens=8))
         seen = raw_turns(pair, answer)
     finally:
         arrival.clear()

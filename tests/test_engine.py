@@ -338,13 +338,13 @@ def test_a_stop_ends_its_own_answer_and_no_other(pair):
     import threading
 
     fresh(pair)
-    first = pair.start(pair.request("Count from one to fifty in words.", chat=True, max_tokens=24))
-    second = pair.start(pair.request("Say hi.", chat=True, max_tokens=24))
+    first = pair.submit(pair.request("Count from one to fifty in words.", chat=True, max_tokens=24))
+    second = pair.submit(pair.request("Say hi.", chat=True, max_tokens=24))
     events: list = []
     running = threading.Event()
 
     def run_first() -> None:
-        for event in pair.events(first):
+        for event in first.events():
             running.set()
             events.append(event)
 
@@ -352,7 +352,7 @@ def test_a_stop_ends_its_own_answer_and_no_other(pair):
     thread.start()
     assert running.wait(120)
     second.stop()
-    ended = list(pair.events(second))  # waits for the first to let go of the pair
+    ended = list(second.events())  # waits for the first to let go of the pair
     thread.join(120)
     assert isinstance(ended[-1], Done) and ended[-1].stop_reason == "cancelled"
     assert ended[-1].token_ids == [] and len(ended) == 1

@@ -101,7 +101,7 @@ def test_background_work_gives_way_to_an_answer_and_goes_on_after_it():
         held = threading.Thread(target=turns.run, args=(blocker.wait,))
         held.start()
         answer = Answer(5, log)
-        turns.submit(answer)
+        turns.enqueue(answer)
         assert turns.arrival.is_set()  # a batch being read would stop for it
         blocker.set()
         assert answer.ended.wait(10)
@@ -132,7 +132,7 @@ def test_background_work_waits_for_every_answer_and_a_stop_while_it_waits_ends_i
         held.start()
         assert inside.wait(10)  # the engine thread is in the call, between rounds
         answer = Answer(3, log)
-        turns.submit(answer)
+        turns.enqueue(answer)
         waiting = Work(2, log)
         turns.background(waiting)
         stopped = Work(2, log, "stopped")

@@ -165,12 +165,12 @@ class PairStates:
 LOADED = (*LOOKUP_DRAFTERS, "model")
 
 
-@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 4), ("model", 2), (NONE, 0), ("copy", "8")])
+@pytest.mark.parametrize(("drafter", "gamma"), [("ngram", 4), ("model", 2), (NONE, 0), ("copy", 8)])
 def test_fixed_settings_give_a_fixed_policy_without_the_pair_state(drafter, gamma):
     states = PairStates()
     policy = make_policy(drafter, gamma, loaded=LOADED, max_gamma=MAX_GAMMA, pair_state=states)
     assert isinstance(policy, FixedPolicy)
-    assert (policy.drafter, policy.gamma) == (drafter, int(gamma))
+    assert (policy.drafter, policy.gamma) == (drafter, gamma)
     assert states.calls == 0
 
 
@@ -204,10 +204,14 @@ def test_auto_chooses_among_the_loaded_drafters_in_registry_order():
     assert isinstance(policy, AdaptivePolicy) and policy.allowed == ("ngram", "model")
 
 
-def test_a_refused_choice_never_reaches_the_pair_state():
+@pytest.mark.parametrize(
+    ("drafter", "gamma", "loaded"),
+    [("model", AUTO, LOOKUP_DRAFTERS), (AUTO, 65, LOADED), ("ngram", "8", LOADED), ("medusa", 2, LOADED)],
+)
+def test_make_policy_trusts_a_checked_choice_and_asserts_it(drafter, gamma, loaded):
+    """The request builder refuses a user's bad choice (check_choice, once); one that reaches
+    make_policy unchecked is a programming error, and never reaches the pair state."""
     states = PairStates()
-    with pytest.raises(RequestError):
-        make_policy("model", AUTO, loaded=LOOKUP_DRAFTERS, max_gamma=MAX_GAMMA, pair_state=states)
-    with pytest.raises(RequestError):
-        make_policy(AUTO, 65, loaded=LOADED, max_gamma=MAX_GAMMA, pair_state=states)
+    with pytest.raises(AssertionError, match="checked choice"):
+        make_policy(drafter, gamma, loaded=loaded, max_gamma=MAX_GAMMA, pair_state=states)
     assert states.calls == 0

@@ -101,9 +101,18 @@ def test_stopping_one_answer_leaves_the_other_whole(server: Server) -> None:
         first = texts(sse_events(stopped))
         next(first)
         together: list[str] = []
-        other = threading.Thread(target=lambda: together.append("".join(texts(sse_events_of(url, body)))))
+        begun: list[str] = []
+
+        def answer_alongside() -> None:
+            for piece in texts(sse_events_of(url, body)):
+                begun.append(piece)
+            together.append("".join(begun))
+
+        other = threading.Thread(target=answer_alongside)
         other.start()
-        time.sleep(1.0)
+        while not begun and other.is_alive():  # the first is read on until the other decodes too
+            next(first)
+        next(first)  # and is still decoding as its client goes
     # The first client hung up mid-answer; the other answer goes on to its end, unchanged.
     other.join(300)
     assert together == [alone]

@@ -143,8 +143,8 @@ def test_a_waiting_answers_stop_ends_it_at_once_and_the_loop_never_polls():
     turns = Turns(slots, threaded=True, decode_passes=decode)
     running, waiting = Forever((1,), Cancel()), Forever((1,), Cancel())
     try:
-        turns.submit(running)
-        turns.submit(waiting)
+        turns.enqueue(running)
+        turns.enqueue(waiting)
         assert slots.waits(waiting)
         stopped_at = time.perf_counter()
         waiting.cancel.set()

@@ -80,7 +80,7 @@ class Recorder:
 
 def run_all(turns: Turns, runners: list[Scripted]) -> None:
     for runner in runners:
-        turns.submit(runner)
+        turns.enqueue(runner)
     for runner in runners:
         assert runner.done.wait(10)
 
@@ -93,13 +93,19 @@ def run_together(turns: Turns, runners: list) -> None:
     held = threading.Thread(target=turns.run, args=(blocker.wait,))
     held.start()
     for runner in runners:
-        turns.submit(runner)
+        turns.enqueue(runner)
     blocker.set()
     try:
         for runner in runners:
             assert runner.done.wait(10)
     finally:
         turns.close()
+
+
+def drive(turns: Turns, runner: Runner, every_s: float = 0.0):
+    """Queue ``runner`` and follow it to its end, as ``Generation.events`` does."""
+    turns.enqueue(runner)
+    return turns.follow(runner, every_s)
 
 
 def test_the_passes_of_the_answers_running_at_once_are_one_decode():
@@ -131,10 +137,10 @@ def test_an_answer_that_joins_goes_first_in_the_next_round():
     running = Scripted(0, 1000)
     joining = Scripted(1, 3)
     try:
-        turns.submit(running)
+        turns.enqueue(running)
         while len(decode.calls) < 3:
             time.sleep(0.001)
-        turns.submit(joining)
+        turns.enqueue(joining)
         assert joining.done.wait(10)
     finally:
         turns.close()
@@ -157,7 +163,7 @@ def test_a_joining_answer_is_announced_until_its_round_begins():
     runner = Scripted(0, 2)
     try:
         assert inside.wait(10)  # the engine thread is in the call, between rounds
-        turns.submit(runner)
+        turns.enqueue(runner)
         assert turns.arrival.is_set()  # the engine is busy: the round has not begun
         blocker.set()
         assert runner.done.wait(10)
@@ -188,7 +194,7 @@ def test_calls_run_on_the_engine_thread_between_rounds_and_raise_where_asked():
         with pytest.raises(ZeroDivisionError):
             turns.run(lambda: 1 / 0)
         runner = Scripted(0, 10**9)  # runs until told to stop
-        turns.submit(runner)
+        turns.enqueue(runner)
         assert turns.run(lambda: 7) == 7  # answered while the answer runs
         runner.left = 0
         assert runner.done.wait(10)
@@ -392,12 +398,12 @@ def test_a_question_asked_while_a_long_prompt_is_read_is_not_charged_its_prompt(
 
     def ask_once() -> None:
         if not joined:
-            turns.submit(question)
+            turns.enqueue(question)
             joined.append(question)
 
     reading = Reading(0, batches=3, cost=batch, clock=clock, log=log, read=ask_once)
     try:
-        turns.submit(reading)
+        turns.enqueue(reading)
         assert reading.done.wait(10) and question.done.wait(10)
     finally:
         turns.close()
@@ -422,8 +428,8 @@ def test_an_answer_stopped_while_its_prompt_waits_ends_at_once():
     turns = Turns(table(), threaded=True, decode_passes=timed_decode(clock, 0.01, log), clock=clock)
     decoding, reading = Scripted(0, 10**6), Reading(1, batches=100, cost=100 * AHEAD_S, clock=clock, log=log)
     try:
-        turns.submit(decoding)
-        turns.submit(reading)
+        turns.enqueue(decoding)
+        turns.enqueue(reading)
         while ("read", 1) not in log:
             time.sleep(0.001)
         log.append(("stop", 1))
@@ -459,7 +465,7 @@ def test_a_paced_reader_gets_the_first_events_and_the_last_at_once():
 
     got, started = [], time.perf_counter()
     try:
-        for item in turns.drive(Scripted((), Cancel()), every_s=60.0):
+        for item in drive(turns, Scripted((), Cancel()), every_s=60.0):
             got.append(item)
             if item == "first":
                 first_seen.set()
@@ -488,11 +494,11 @@ def test_an_unthreaded_answer_runs_in_its_readers_thread_in_rounds_of_one():
             return steps()
 
     answer = Scripted((), Cancel())
-    assert list(turns.drive(answer)) == [0, 1, 2]
+    assert list(drive(turns, answer)) == [0, 1, 2]
     assert decode.calls == [[0]] * 3 and threads == {threading.current_thread().name}
     assert turns.slots.busy == 0  # its slot went back as it ended
     # A reader that leaves stops its answer, which ends and gives its slot back.
-    left = turns.drive(Scripted((), Cancel()))
+    left = drive(turns, Scripted((), Cancel()))
     assert next(left) == 0
     left.close()
     assert turns.slots.busy == 0

@@ -97,7 +97,7 @@ def answer(lm, tokens: list[int], drafter: str, max_tokens: int) -> Answered:
     from edgespec.api import settings_from
 
     request = lm.request(tokens, settings_from(max_tokens=max_tokens), drafter=drafter)
-    events = list(lm.events(lm.start(request)))
+    events = list(lm.submit(request).events())
     passes = [event.gamma + 1 for event in events if isinstance(event, Step)]
     return Answered(next(e for e in events if isinstance(e, Done)), passes)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.api import EdgeSpec
 from edgespec.bench import llamacpp_replay
 from edgespec.bench.ceiling import ceiling_ratios
 from edgespec.bench.corpus import BY_ID, CATEGORIES, predicted_output
@@ -520,7 +521,8 @@ def summarize(
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line: which curves, prompts and configurations to replay, and what beside."""
     parser = argparse.ArgumentParser(
         prog="python -m edgespec.bench.replay",
         description="Replay the corpus through the real controller on a cost curve (virtual clock). "
@@ -561,31 +563,43 @@ def main(argv: list[str] | None = None) -> int:
         help="write every replayed step (drafter, γ, accepted, planned γ) as JSON: two traces "
         "compared show whether a change kept the controller's decisions",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _replay_on_curve(
+    name: str, args: argparse.Namespace, lm: EdgeSpec, recordings: list[Recording]
+) -> dict[str, dict[str, list]]:
+    """Replays the configurations asked for on the curve ``name`` and prints its table;
+    returns every replayed step, {prompt id: {config: trace}}, for ``--trace``."""
+    curve = curve_from_costs(lm.controller_state().costs) if name == "here" else CURVES[name]
+    grid = [c for c in FIXED_GRID if c not in args.configs] if args.best_fixed else []
+    results = replay(recordings, lm.target, lm.draft, curve, [*args.configs, *grid])
+    # Taken before the yardsticks below join ``results``: they have no steps of their own.
+    traces = {rec: {c: r.trace for c, r in by.items()} for rec, by in results.items()}
+    configs = list(args.configs)
+    if args.best_fixed:
+        configs.append(add_best_fixed(results))
+    if args.llamacpp:
+        configs.append(add_llamacpp(recordings, curve, results))
+    if args.ceiling:
+        predicted = any(label.endswith(PREDICTED) for label in configs)
+        configs += add_ceiling(recordings, lm.target, curve, results, predicted)
+    print(
+        f"\nreplayed on the '{name}' curve ({curve.about}); {args.split} half, {args.max_tokens} "
+        "tokens: decode-phase ratio to target-only, worst prompt in brackets"
+    )
+    print(summarize(recordings, results, configs))
+    return traces
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if "target only" not in args.configs:
         args.configs.insert(0, "target only")
 
     def run() -> int:
         lm, recordings = recorded_corpus(args.split, args.categories, args.max_tokens)
-        traces: dict[str, dict] = {}
-        for name in args.curve:
-            curve = curve_from_costs(lm.controller_state().costs) if name == "here" else CURVES[name]
-            grid = [c for c in FIXED_GRID if c not in args.configs] if args.best_fixed else []
-            results = replay(recordings, lm.target, lm.draft, curve, [*args.configs, *grid])
-            traces[name] = {rec: {c: r.trace for c, r in by.items()} for rec, by in results.items()}
-            configs = list(args.configs)
-            if args.best_fixed:
-                configs.append(add_best_fixed(results))
-            if args.llamacpp:
-                configs.append(add_llamacpp(recordings, curve, results))
-            if args.ceiling:
-                predicted = any(label.endswith(PREDICTED) for label in configs)
-                configs += add_ceiling(recordings, lm.target, curve, results, predicted)
-            print(
-                f"\nreplayed on the '{name}' curve ({curve.about}); {args.split} half, {args.max_tokens} "
-                "tokens: decode-phase ratio to target-only, worst prompt in brackets"
-            )
-            print(summarize(recordings, results, configs))
+        traces = {name: _replay_on_curve(name, args, lm, recordings) for name in args.curve}
         if args.trace is not None:
             write_atomically(args.trace, json.dumps(traces, sort_keys=True))
             print(f"\nevery step written to {args.trace}")

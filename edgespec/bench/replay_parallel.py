@@ -130,17 +130,8 @@ class ParallelReplay:
     def _together(
         self, engine: Engine, state: PairState, recordings: list[Recording], label: str
     ) -> list[Done]:
-        answers = []
-        for i, rec in enumerate(recordings):
-            # The prompt is in its slot already: the answer reads only its last token.
-            for model in (self.target, self.draft):
-                model.sequence(i).play(rec)
-                model.sequence(i).tokens = list(rec.prompt[:-1])
-            settings = rec.settings(max(len(rec.answer), 1))
-            answer = engine.start(Request(tuple(rec.prompt), settings), policy_for(label, state, engine))
-            answers.append(answer)
-        done: list[Done | BaseException | None] = [None] * len(answers)
-        ended = [threading.Event() for _ in answers]
+        done: list[Done | BaseException | None] = [None] * len(recordings)
+        ended = [threading.Event() for _ in recordings]
 
         def deliver(i: int, events: list[object]) -> None:
             for event in events:
@@ -148,6 +139,18 @@ class ParallelReplay:
                     done[i] = event
             if events and events[-1] is END:
                 ended[i].set()
+
+        answers = []
+        for i, rec in enumerate(recordings):
+            # The prompt is in its slot already: the answer reads only its last token.
+            for model in (self.target, self.draft):
+                model.sequence(i).play(rec)
+                model.sequence(i).tokens = list(rec.prompt[:-1])
+            settings = rec.settings(max(len(rec.answer), 1))
+            policy = policy_for(label, state, engine)
+            answers.append(
+                engine.start(Request(tuple(rec.prompt), settings), policy, deliver=partial(deliver, i))
+            )
 
         # The loop waits between rounds until every answer is queued, in order, so that
         # the rounds, and what the pair state learns in them, are the same in every run
@@ -157,8 +160,8 @@ class ParallelReplay:
         gate = threading.Thread(target=engine.turn.run, args=(lambda: held.set() or go.wait(),), daemon=True)
         gate.start()
         held.wait()
-        for i, answer in enumerate(answers):
-            answer.submit(partial(deliver, i))
+        for answer in answers:
+            answer.enqueue()
         go.set()
         gate.join()
         for event in ended:

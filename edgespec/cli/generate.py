@@ -459,8 +459,8 @@ def run_chat(args: argparse.Namespace) -> int:
         answer = None
         try:
             request = lm.request(messages, settings, drafter=args.drafter, gamma=args.gamma)
-            answer = lm.start(request)
-            for event in lm.events(answer):
+            answer = lm.submit(request)
+            for event in answer.events():
                 if isinstance(event, Token):
                     sys.stdout.write(event.text)
                     sys.stdout.flush()

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import uvicorn
     from fastapi import FastAPI
 
+    from edgespec.cli.serve_restart import Recovery
     from edgespec.server.app import ServerState
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: reachable from this machine only
@@ -123,8 +124,6 @@ def load(args: argparse.Namespace) -> EdgeSpec:
 def run_serve(args: argparse.Namespace) -> int:
     check_args(args)
 
-    import uvicorn
-
     from edgespec.cli import serve_restart
     from edgespec.server.app import ServerState, create_app
 
@@ -140,17 +139,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.ui:
         loaded.append(mount_chat_app(app, state, args, sock, url))
 
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            # An open stream must not hold the shutdown: after this, its task is cancelled,
-            # which cancels its generation.
-            timeout_graceful_shutdown=3,
-        )
-    )
+    server = _uvicorn_server(app)
     if recovery is not None:
         recovery.server = server
     failure: list[str] = []
@@ -166,21 +155,58 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         server.run(sockets=[sock])
     finally:
-        if recovery is not None:
-            recovery.stopping = True
-        if state.unavailable:
-            serve_restart.leave_now()
-        sock.close()
-        # Free llama.cpp only once no generation can touch it any more; a worker stuck
-        # past the timeout is left to the process exit instead of a use-after-free.
-        idle = state.queue.shutdown() if state.queue is not None else True
-        # The embedding context borrows the target's weights: it goes before them.
-        app.state.embeddings.close()
-        if loaded and idle:
-            loaded[0].close()
+        _shut_down(app, state, sock, recovery, loaded)
     if failure:
         raise EdgespecError(failure[0])
     return 0
+
+
+def _uvicorn_server(app: FastAPI) -> uvicorn.Server:
+    """uvicorn on ``app``, quiet: run_serve says in one line where it serves."""
+    import uvicorn
+
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            # An open stream must not hold the shutdown: after this, its task is cancelled,
+            # which cancels its generation.
+            timeout_graceful_shutdown=3,
+        )
+    )
+
+
+def _shut_down(
+    app: FastAPI,
+    state: ServerState,
+    sock: socket.socket,
+    recovery: Recovery | None,
+    loaded: list[EdgeSpec],
+) -> None:
+    """Once the server has stopped: the socket closed, then the engine, then the pair."""
+    from edgespec.cli import serve_restart
+
+    if recovery is not None:
+        recovery.stopping = True
+    if state.unavailable:
+        serve_restart.leave_now()
+    sock.close()
+    # Free llama.cpp only once no generation can touch it any more; a worker stuck
+    # past the timeout is left to the process exit instead of a use-after-free.
+    idle = True
+    if state.lm is not None:
+        state.lm.stop_answers()
+        idle = state.lm.wait_idle(SHUTDOWN_S)
+    # The embedding context borrows the target's weights: it goes before them.
+    app.state.embeddings.close()
+    if loaded and idle:
+        loaded[0].close()
+
+
+# Seconds the answers stopped at shutdown have to give their slots back.
+SHUTDOWN_S = 10.0
 
 
 def _end_on_sigterm() -> None:

@@ -19,11 +19,16 @@ from edgespec.decoding.generation import Generation, PairView
 from edgespec.decoding.policy import LINE_BREAK, UNIT_END, FixedPolicy, Policy
 from edgespec.decoding.read_ahead import ReadAhead
 from edgespec.decoding.request import GenerationSettings, Request
+from edgespec.decoding.runner import END, Deliver
 from edgespec.decoding.slots import Slots
 from edgespec.decoding.turns import Turns
 from edgespec.runtime.model import Model
 
 __all__ = ["Engine"]
+
+
+def _dropped(_events: list[object]) -> None:
+    """Where an ended answer's later events go."""
 
 
 class Engine:
@@ -88,10 +93,19 @@ class Engine:
     def max_gamma(self) -> int:
         return self.target.options.max_outputs - 1
 
-    def start(self, request: Request, policy: Policy | None = None) -> Generation:
+    def start(
+        self,
+        request: Request,
+        policy: Policy | None = None,
+        *,
+        owner: str | None = None,
+        deliver: Deliver | None = None,
+    ) -> Generation:
         """One answer to ``request`` (validated at the edge: its prompt fits the context,
         its policy's drafters are among this pair's), decided step by step by ``policy``
-        (target only when None). Nothing runs until its events are read."""
+        (target only when None), ``owner``'s, its events handed to ``deliver`` (None: kept
+        for its reader). Nothing runs until it is queued (``Generation.enqueue``, or the
+        first read of its events)."""
         policy = policy or FixedPolicy("none", 0)
         pair = PairView(self.target, self.draft, self.clock, self._boundaries, self.max_gamma, self.turn)
         drafters = registry.build(
@@ -101,7 +115,7 @@ class Engine:
             has_grammar=request.settings.grammar is not None,
             shared=self.shared,
         )
-        return Generation(pair, request, policy, drafters)
+        return Generation(pair, request, policy, drafters, owner=owner, deliver=deliver)
 
     def read_ahead(self, tokens: list[int], owner: str | None = None) -> ReadAhead:
         """A read-ahead of ``tokens`` (a prompt's beginning, validated at the edge), what
@@ -115,6 +129,22 @@ class Engine:
         if before is not None:
             before.stop()
         return reading
+
+    def end_answers(self, error: BaseException) -> int:
+        """End every answer running or waiting with ``error``, each once (its later events
+        go nowhere), and every call waiting on the loop: the loop will not come back from
+        the pass it is in. How many answers were ended now."""
+        self.turn.abandon_calls(error)
+        ended = 0
+        for answer in self.slots.answers():
+            deliver = answer.deliver  # type: ignore[attr-defined]  # (the table's are runners)
+            if deliver is _dropped:
+                continue
+            answer.deliver = _dropped  # type: ignore[attr-defined]
+            answer.cancel.set()
+            deliver([error, END])
+            ended += 1
+        return ended
 
     def stop_reading(self) -> None:
         """Stop every read-ahead (the pair is closing)."""

@@ -28,7 +28,7 @@ from edgespec.decoding.events import BONUS, DRAFT, PLAIN, TARGET, Done, Event, S
 from edgespec.decoding.penalties import Penalties, Window, transform_row, transform_rows
 from edgespec.decoding.policy import Plan, Policy, StepOutcome, StepView
 from edgespec.decoding.request import Request, prediction_tokens_used
-from edgespec.decoding.runner import PAUSE, DraftPass, Pass, Passed, Pause, Runner, Steps
+from edgespec.decoding.runner import PAUSE, Deliver, DraftPass, Pass, Passed, Pause, Runner, Steps
 from edgespec.decoding.sampling import probabilities, sample
 from edgespec.decoding.slots import Cancel
 from edgespec.decoding.textstream import TextStream
@@ -106,22 +106,30 @@ class PairView:
 
 
 class Generation(Runner):
-    """One answer. Created by ``Engine.start`` from a validated request; ``events()`` runs
-    it (once), ``stop()`` ends it from any thread. As a ``Runner`` the pair's loop admits
-    it into a slot (which sets ``sequence``) and drives its steps."""
+    """One answer, the live one: made by ``Engine.start`` from a validated request (with
+    its owner and where its events go), queued once (``enqueue``, or on the first read of
+    ``events()``), ``stop()`` ends it from any thread. As a ``Runner`` the pair's loop
+    admits it into a slot (which sets ``sequence``) and drives its steps."""
 
-    def __init__(self, pair: PairView, request: Request, policy: Policy, drafters: dict[str, Drafter]):
+    def __init__(
+        self,
+        pair: PairView,
+        request: Request,
+        policy: Policy,
+        drafters: dict[str, Drafter],
+        *,
+        owner: str | None = None,
+        deliver: Deliver | None = None,
+    ):
         assert len(request.prompt) < pair.target.n_ctx, "the request builder checks the context"
         live = LiveControl(request.settings.lenience)
-        super().__init__(request.prompt, live.cancel)
+        super().__init__(request.prompt, live.cancel, owner, deliver)
         self.live = live
         self.pair = pair
         self.request = request
         self.settings = request.settings
         self.policy = policy
         self.drafters = drafters
-        # Reuse at most this many cached prompt tokens (None: all there are).
-        self.reuse_limit: int | None = None
         self.constraint: Constraint | None = None
         self.rng = np.random.default_rng(request.settings.seed)
         self.text = TextStream(pair.target.piece, request.settings.stop)
@@ -131,7 +139,8 @@ class Generation(Runner):
             prompt_tokens=len(request.prompt), prediction_tokens=len(request.settings.prediction)
         )
         self.stop_reason = ""
-        self._ran = False
+        self.queued = False
+        self.ahead = 0  # answers ahead of it when it was queued
         # The other answers' passes, and their tokens, decoded with the last pass: what the
         # next one is likely to share.
         self._shared_with = (0, 0)
@@ -141,25 +150,27 @@ class Generation(Runner):
         """End this answer at its next step (a long prefill at once); no other answer."""
         self.live.stop()
 
+    @property
+    def waiting(self) -> bool:
+        """Queued and not yet given a slot."""
+        return self.queued and self.pair.turn.slots.waits(self)
+
+    def enqueue(self, limit: int | None = None) -> int:
+        """Queue the answer (once) for a slot: the pair's loop runs it, its events handed
+        to ``deliver``; how many answers were ahead of it. ``limit``: at most that many
+        answers may wait, else ``slots.QueueFull``."""
+        assert not self.queued, "an answer runs once"
+        self.ahead = self.pair.turn.enqueue(self, limit)
+        self.queued = True
+        return self.ahead
+
     def events(self, every_s: float = 0.0) -> Iterator[Event]:
-        """Run the answer (once) in a slot the pair's loop gives it, waiting for one in
-        arrival order: Token and Step events, then one Done; as they come or, with
-        ``every_s``, in bunches at most that often after the first (the last at once)."""
-        self._claim()
-        yield from self.pair.turn.drive(self, every_s)  # type: ignore[misc]  # (its events)
-
-    def submit(self, deliver: Callable[[list[object]], None], limit: int | None = None) -> int:
-        """Run the answer (once) with its events handed to ``deliver`` in lists, the last
-        ending with ``runner.END`` (or an exception); how many answers were ahead of it.
-        ``limit``: at most that many answers may wait, else ``slots.QueueFull``."""
-        assert self.pair.turn.threaded, "an engine thread drives an answer nobody reads in its own thread"
-        self._claim()
-        self.deliver = deliver
-        return self.pair.turn.submit(self, limit)
-
-    def _claim(self) -> None:
-        assert not self._ran, "an answer runs once"
-        self._ran = True
+        """The answer's Token and Step events, then one Done, queued first if it was not
+        yet: as they come or, with ``every_s``, in bunches at most that often after the
+        first (the last at once). Leaving early stops the answer."""
+        if not self.queued:
+            self.enqueue()
+        yield from self.pair.turn.follow(self, every_s)  # type: ignore[misc]  # (its events)
 
     def steps(self) -> Steps:
         return self._run()  # type: ignore[return-value]
@@ -199,7 +210,7 @@ class Generation(Runner):
             self.stop_reason = "cancelled"
             return
         sequence, cancel = self.target_sequence, self.live.cancel
-        self.stats.reused_tokens = sequence.sync(prompt, start=True, most=self.reuse_limit)
+        self.stats.reused_tokens = sequence.sync(prompt, start=True, most=self.request.reuse_limit)
         rest = prompt[self.stats.reused_tokens :]
         try:
             # The same batches one decode of the whole rest would make, so the numbers

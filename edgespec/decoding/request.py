@@ -71,6 +71,9 @@ class Request:
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     drafter: str = AUTO
     gamma: int | str = AUTO
+    # Reuse at most this many cached prompt tokens (None: all there are): a baseline
+    # re-timed from the cache its answer started from.
+    reuse_limit: int | None = None
 
 
 def prediction_tokens_used(prediction: tuple[int, ...] | list[int], answer: list[int]) -> int:

@@ -4,8 +4,8 @@ the slot it was given, and where its events go.
 
 A ``Generation`` is a ``Runner``: the answer has one object from the API to the loop.
 Its events go to whoever reads it: by default a queue a reading thread drains
-(``read``); the server hands in ``deliver`` instead, which puts them on its event loop,
-so no thread waits between the engine and a client.
+(``read``); the server hands in ``deliver`` when it submits the answer, which puts them
+on its event loop, so no thread waits between the engine and a client.
 """
 
 from __future__ import annotations
@@ -67,10 +67,16 @@ Deliver = Callable[[list[object]], None]
 class Runner:
     """An answer's steps, driven a turn at a time. Subclasses give ``steps()``."""
 
-    def __init__(self, prompt: tuple[int, ...], cancel: Cancel):
+    def __init__(
+        self,
+        prompt: tuple[int, ...],
+        cancel: Cancel,
+        owner: str | None = None,
+        deliver: Deliver | None = None,
+    ):
         self.prompt = prompt
         self.cancel = cancel
-        self.owner: str | None = None  # which front end's (an app tab): its Stop ends only its own
+        self.owner = owner  # which front end's (an app tab, a connection): its stop ends only its own
         self.sequence = 0  # the slot the table gave it
         self.finished = False
         self.told = False  # its last turn handed events (a token) to its reader
@@ -78,7 +84,9 @@ class Runner:
         self._last: list[object] = []  # the final events, handed over once its slot is free
         self.inbox: queue.SimpleQueue[list[object]] = queue.SimpleQueue()
         self.ended = threading.Event()  # set with the last events: a paced reader wakes for them
-        self.deliver: Deliver = self.inbox.put
+        # Where its events go, given once, where the answer is made: a server's event loop,
+        # or (by default) the inbox a reading thread drains.
+        self.deliver: Deliver = deliver if deliver is not None else self.inbox.put
 
     def steps(self) -> Steps:
         raise NotImplementedError

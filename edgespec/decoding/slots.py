@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from edgespec.runtime.tokens import common_prefix
@@ -50,6 +51,16 @@ class Cancel(threading.Event):
     def unwatch(self, callback: Callable[[], None]) -> None:
         if callback in self._watchers:
             self._watchers.remove(callback)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """The table at a glance: how many slots it has, the answers holding one, the answers
+    waiting."""
+
+    total: int
+    busy: int
+    waiting: int
 
 
 class QueueFull(Exception):
@@ -110,6 +121,18 @@ class Slots:
     def waiting(self) -> int:
         with self.cond:
             return sum(not answer.cancel.is_set() for answer in self._waiting)
+
+    def occupancy(self) -> Occupancy:
+        with self.cond:
+            return Occupancy(self.count, self.busy, self.waiting)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no answer holds a slot, within ``timeout`` seconds; whether none does."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.busy and (left := deadline - time.monotonic()) > 0:
+                self.cond.wait(left)
+            return self.busy == 0
 
     def answers(self, owner: str | None = None) -> list[Seated]:
         """The answers seated or waiting (``owner``'s only, when given)."""

@@ -168,16 +168,15 @@ class Turns:
         pays for elsewhere is dearer here than it would be alone)."""
         return self._round_view
 
-    def drive(self, runner: Runner, every_s: float = 0.0, limit: int | None = None) -> Iterator[object]:
-        """Queue ``runner`` for a slot and run it to its end; its events as they come (see
-        ``runner.read`` for ``every_s``). ``limit``: as ``submit``'s."""
-        self.submit(runner, limit)
+    def follow(self, runner: Runner, every_s: float = 0.0) -> Iterator[object]:
+        """A queued ``runner``'s events as they come, until its end (see ``runner.read``
+        for ``every_s``): read from its inbox (threaded), or run here (unthreaded)."""
         if self._thread is not None:
             yield from read(runner, every_s)
         else:
             yield from self._inline(runner)
 
-    def submit(self, runner: Runner, limit: int | None = None) -> int:
+    def enqueue(self, runner: Runner, limit: int | None = None) -> int:
         """Queue ``runner``: the loop admits it into a slot and drives it to its end, its
         events handed to ``runner.deliver``. How many answers were ahead of it; with
         ``limit`` (the waiting answers a front end allows), ``QueueFull`` past it."""

@@ -164,6 +164,11 @@ class Model:
     # -- loading ------------------------------------------------------------------------
 
     def _load(self) -> None:
+        self._load_weights(self._model_params())
+        self._create_context(self._context_params())
+
+    def _model_params(self) -> llama_cpp.llama_model_params:
+        """Where the weights go (GPU layers, RPC workers) and how they are read."""
         opts = self.options
         mparams = llama_cpp.llama_model_default_params()
         if opts.n_gpu_layers < 0:
@@ -184,6 +189,10 @@ class Model:
             # at the first decode (llama.cpp issue 20824). Extra buffer types are all or
             # nothing, so this also drops CPU_REPACK; only where AMX is compiled in and present.
             mparams.use_extra_bufts = False
+        return mparams
+
+    def _load_weights(self, mparams: llama_cpp.llama_model_params) -> None:
+        """Loads the GGUF's weights, noting which buffer types hold them."""
         _log_state["recent"].clear()
         _log_state["buffers"].clear()
         crashguard.note(f"{self.name}: loading {self.path.name}")
@@ -194,6 +203,10 @@ class Model:
                 self.buffers[found[0]] = self.buffers.get(found[0], 0.0) + found[1]
         if not self._model:
             raise EdgespecError(f"llama.cpp could not load {self.path}: {_last_log_error()}")
+
+    def _context_params(self) -> llama_cpp.llama_context_params:
+        """The context's size, sequences, batch and threads, for the loaded weights."""
+        opts = self.options
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
         # The default is per sequence: n_seq of them share the memory bound.
         n_ctx = opts.n_ctx or default_context(n_ctx_train, kv_bytes_per_token(self.gguf) * max(1, opts.n_seq))
@@ -215,6 +228,10 @@ class Model:
         threads = opts.n_threads or system.default_threads()
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
+        return cparams
+
+    def _create_context(self, cparams: llama_cpp.llama_context_params) -> None:
+        """The context and its one reusable batch; with RPC workers, their stalls bounded."""
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -316,7 +333,7 @@ class Model:
             raise ValueError(f"sequence {seq} outside 0..{self.n_seq - 1}")
         return self.sequences[seq]
 
-    def submit(
+    def decode_chunk(
         self,
         seq: int,
         pos0: int,

@@ -56,7 +56,7 @@ class Host(Protocol):
     max_outputs: int
     prompt_cache: PromptExchange | None
 
-    def submit(
+    def decode_chunk(
         self,
         seq: int,
         pos0: int,
@@ -122,7 +122,9 @@ class Sequence:
         first_output = len(tokens) - n_outputs
         for start in range(0, len(tokens), model.prefill_chunk):
             chunk = tokens[start : start + model.prefill_chunk]
-            status = model.submit(self.seq, len(self.tokens), chunk, first_output - start, cancel, arrival)
+            status = model.decode_chunk(
+                self.seq, len(self.tokens), chunk, first_output - start, cancel, arrival
+            )
             if status != 0:
                 self._failed(status, cancel)
             self.tokens.extend(chunk)

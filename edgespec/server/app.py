@@ -13,11 +13,11 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -30,7 +30,6 @@ from edgespec.server.errors import ApiError, error_body
 from edgespec.server.extras import add_extra_routes
 from edgespec.server.metrics import Metrics, track_requests
 from edgespec.server.pipeline import RETRY_AFTER_S
-from edgespec.server.queue import EngineQueue
 from edgespec.server.responses import ResponseStore
 from edgespec.server.schemas import chat_prompt
 from edgespec.server.wires import Exchange, Translator, Wire
@@ -45,7 +44,6 @@ class ServerState:
     api_key: str | None = None
     max_queue: int = 8
     lm: EdgeSpec | None = None
-    queue: EngineQueue | None = None
     load_error: str | None = None
     # Why the loaded target cannot answer now (a worker it is split over was lost), until
     # the process restarts: every model endpoint refuses with 503, ``/health`` says why.
@@ -58,17 +56,16 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        return self.queue is not None
+        return self.lm is not None
 
     def attach(self, lm: EdgeSpec) -> None:
         """Serve ``lm`` from now on (its cost profile must already be measured). Another
         front end (the mounted chat app) may generate on it too: each stops only its own
         answers. The pair's loop runs on its engine thread (``RuntimeOptions.engine_thread``):
         it hands each answer's events to the server's event loop."""
-        if not lm.engine.turn.threaded:
+        if not lm.threaded:
             raise EdgespecError("a served pair runs its loop on an engine thread (engine_thread=True)")
         self.lm = lm
-        self.queue = EngineQueue(lm, self.max_queue)
 
     def lose(self, reason: str) -> int:
         """The target cannot answer any more (``reason``): from now on every model endpoint
@@ -79,7 +76,7 @@ class ServerState:
         if lm is None:  # lost while loading
             return 0
         error = unavailable.refusal(reason)
-        ended = unavailable.end_answers(lm, error)
+        ended = lm.end_answers(error)
         unavailable.sweep(lm, error)
         return ended
 
@@ -99,6 +96,19 @@ def create_app(
             allow_headers=["*"],
             expose_headers=[IGNORED_HEADER],
         )
+    _add_error_handlers(app)
+    app.include_router(_answering_routes(state))
+    track_requests(app, state.metrics)
+    # Before the chat app's fallback and mount (``add_api_fallback``), which would take /v1/….
+    app.state.embeddings = add_extra_routes(
+        app, state, _authorize, _pair, state.metrics, embedding_model=embedding_model
+    )
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error a client gets is a JSON body in OpenAI's shape (a wire's route answers
+    in its own, ``_answer``); a traceback never leaves the server."""
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -118,55 +128,53 @@ def create_app(
             error_body(f"internal error: {type(exc).__name__}", type="server_error"), status_code=500
         )
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        if state.unavailable:
-            return JSONResponse(
-                {"status": "unavailable", "message": f"the target is unavailable: {state.unavailable}"},
-                status_code=503,
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            )
-        if state.load_error:
-            return JSONResponse({"status": "error", "message": state.load_error}, status_code=503)
-        if not state.ready:
-            return JSONResponse({"status": "loading"}, status_code=503)
-        return JSONResponse({"status": "ok"})
 
-    @app.get("/v1/models")
+def _answering_routes(state: ServerState) -> APIRouter:
+    """``/health``, ``/v1/models`` and a route for each wire."""
+    router = APIRouter()
+
+    @router.get("/health")
+    async def health() -> JSONResponse:
+        return _health(state)
+
+    @router.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
         _authorize(state, request)
-        lm = _engine(state).lm
+        lm = _pair(state)
         entries = [_model_entry(lm.target.name, "target", state.started)]
         if lm.draft is not None:
             entries.append(_model_entry(lm.draft.name, "draft", state.started))
         return JSONResponse({"object": "list", "data": entries})
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await _answer(state, request, wires.CHAT_COMPLETIONS)
+    for path, wire in WIRE_ROUTES.items():
+        router.add_api_route(path, _wire_route(state, wire), methods=["POST"])
 
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        return await _answer(state, request, wires.COMPLETIONS)
-
-    @app.post("/v1/messages")
-    async def messages(request: Request) -> Response:
-        return await _answer(state, request, wires.ANTHROPIC)
-
-    @app.post("/v1/responses")
-    async def responses(request: Request) -> Response:
-        return await _answer(state, request, wires.RESPONSES)
-
-    @app.post("/v1/messages/count_tokens")
+    @router.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> Response:
         return await _count_tokens(state, request)
 
-    track_requests(app, state.metrics)
-    # Before the chat app's fallback and mount (``add_api_fallback``), which would take /v1/….
-    app.state.embeddings = add_extra_routes(
-        app, state, _authorize, _engine, state.metrics, embedding_model=embedding_model
-    )
-    return app
+    return router
+
+
+def _wire_route(state: ServerState, wire: Wire) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        return await _answer(state, request, wire)
+
+    return route
+
+
+def _health(state: ServerState) -> JSONResponse:
+    if state.unavailable:
+        return JSONResponse(
+            {"status": "unavailable", "message": f"the target is unavailable: {state.unavailable}"},
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    if state.load_error:
+        return JSONResponse({"status": "error", "message": state.load_error}, status_code=503)
+    if not state.ready:
+        return JSONResponse({"status": "loading"}, status_code=503)
+    return JSONResponse({"status": "ok"})
 
 
 def add_api_fallback(app: FastAPI) -> None:
@@ -182,10 +190,10 @@ def _model_entry(name: str, role: str, created: float) -> dict:
     return {"id": name, "object": "model", "created": int(created), "owned_by": "edgespec", "role": role}
 
 
-def _engine(state: ServerState) -> EngineQueue:
+def _pair(state: ServerState) -> EdgeSpec:
     if state.unavailable:
         raise unavailable.refusal(state.unavailable)
-    if state.queue is None:
+    if state.lm is None:
         raise ApiError(
             503,
             "the model is still loading; try again shortly",
@@ -193,7 +201,7 @@ def _engine(state: ServerState) -> EngineQueue:
             code="model_loading",
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
-    return state.queue
+    return state.lm
 
 
 def _authorize(state: ServerState, request: Request) -> None:
@@ -224,21 +232,21 @@ async def _answer(state: ServerState, request: Request, wire: Wire) -> Response:
 
 async def _answered(state: ServerState, request: Request, wire: Wire) -> Response:
     _authorize(state, request)
-    engine = _engine(state)
+    lm = _pair(state)
     body = await pipeline.read_json(request)
     chat, ignored = wire.translate(body, state.responses)
     # Tokenizing renders the chat template: off the event loop, so other clients stay served.
-    job = await run_in_threadpool(wire.parse, chat, engine.lm)
+    job = await run_in_threadpool(wire.parse, chat, lm)
     exchange = Exchange(body, chat, job, state.responses)
     # Made before the job is queued: a failure here leaves no job behind unread.
     translator = wire.streamer(exchange) if job.stream else None
-    submitted = pipeline.submit(engine, job)
+    asked = pipeline.ask(lm, job, state.max_queue)
     headers = _ignored(state, ignored + job.ignored)
     if translator is not None:
-        items = pipeline.stream(engine, submitted, state.metrics.answer)
+        items = pipeline.stream(asked, lm.target.piece, state.metrics.answer)
         events = pipeline.keepalive(_events(items, translator), wire.keepalive)
         return StreamingResponse(events, media_type="text/event-stream", headers={**headers, **SSE_HEADERS})
-    answer = await pipeline.whole(engine, submitted, request, state.metrics.answer)
+    answer = await pipeline.whole(asked, lm.target.piece, request, state.metrics.answer)
     return JSONResponse(wire.whole(answer, exchange), headers=headers)
 
 
@@ -263,15 +271,22 @@ async def _count_tokens(state: ServerState, request: Request) -> Response:
     refusal, even a 500, in Anthropic's shape."""
     try:
         _authorize(state, request)
-        engine = _engine(state)
+        lm = _pair(state)
         chat, ignored = anthropic.count_tokens_body(await pipeline.read_json(request))
-        tokens = await run_in_threadpool(chat_prompt, chat, engine.lm)
+        tokens = await run_in_threadpool(chat_prompt, chat, lm)
         return JSONResponse(anthropic.count_tokens_response(len(tokens)), headers=_ignored(state, ignored))
     except Exception as exc:  # the catch-all: never a traceback to the client
         return _refused(wires.ANTHROPIC, exc)
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# Every answering route, by path (``/v1/messages/count_tokens`` counts, and is no wire).
+WIRE_ROUTES = {
+    "/v1/chat/completions": wires.CHAT_COMPLETIONS,
+    "/v1/completions": wires.COMPLETIONS,
+    "/v1/messages": wires.ANTHROPIC,
+    "/v1/responses": wires.RESPONSES,
+}
 IGNORED_HEADER = "X-Edgespec-Ignored-Fields"
 
 

@@ -37,14 +37,13 @@ from edgespec.runtime.model import Model
 from edgespec.server import pipeline
 from edgespec.server.errors import ApiError, bad_request
 from edgespec.server.metrics import CONTENT_TYPE, Metrics
-from edgespec.server.queue import EngineQueue
 
 
 class ServerState(Protocol):
     """What the routes read of the server's state (``server.app.ServerState``)."""
 
     max_queue: int
-    queue: EngineQueue | None
+    lm: EdgeSpec | None
 
 
 log = logging.getLogger("edgespec.server")
@@ -208,7 +207,7 @@ class Embeddings:
     async def _ready(self, lm: EdgeSpec) -> Embedder:
         if self.embedder is None:
             try:
-                self.embedder = await run_in_threadpool(lm.engine.turn.run, self._make, lm)
+                self.embedder = await run_in_threadpool(lm.call, self._make, lm)
             except EdgespecError as exc:
                 log.error("embeddings unavailable: %s", exc)
                 raise ApiError(500, f"embeddings are unavailable: {exc}", type="server_error") from None
@@ -224,7 +223,7 @@ class Embeddings:
     @staticmethod
     def _vectors(lm: EdgeSpec, embedder: Embedder, inputs: list[list[int]]) -> list[list[float]]:
         """Each input a batch per turn: an answer streaming meanwhile gets its steps between."""
-        run = lm.engine.turn.run
+        run = lm.call
         vectors = []
         for tokens in inputs:
             run(embedder.begin, tokens)
@@ -252,7 +251,7 @@ class Embeddings:
         if embedder is None or lm is None:
             return
         try:
-            lm.engine.turn.run(embedder.close)
+            lm.call(embedder.close)
         except RuntimeError:  # the engine thread is gone already: nothing runs on it
             embedder.close()
 
@@ -304,7 +303,7 @@ def model_facts(model: Model) -> dict[str, Any]:
 def props(lm: EdgeSpec, embeddings: Embeddings) -> dict[str, Any]:
     """llama-server's ``/props``, and edgespec's own facts under ``edgespec``."""
     target = lm.target
-    slots = lm.engine.slots.count
+    slots = lm.occupancy().total
     return {
         "default_generation_settings": {
             "n_ctx": target.n_ctx,
@@ -327,12 +326,20 @@ def props(lm: EdgeSpec, embeddings: Embeddings) -> dict[str, Any]:
         "edgespec": {
             "target": model_facts(target),
             "draft": model_facts(lm.draft) if lm.draft is not None else None,
-            "drafters": list(lm.engine.drafters),
+            "drafters": list(lm.drafters),
             "parallel": slots,
             "prompt_cache": lm.prompt_cache.describe() if lm.prompt_cache is not None else None,
             "embeddings": embeddings.describe(),
         },
     }
+
+
+def _metrics_text(lm: EdgeSpec | None, metrics: Metrics) -> str:
+    """``/metrics``' text; while loading the counters are there, the slots are not yet."""
+    if lm is None:
+        return metrics.render(0, 0, 0)
+    now = lm.occupancy()
+    return metrics.render(now.busy, now.total, now.waiting)
 
 
 # -- routes -----------------------------------------------------------------------------------
@@ -342,20 +349,20 @@ def add_extra_routes(
     app: FastAPI,
     state: ServerState,
     authorize: Callable[[ServerState, Request], None],
-    engine: Callable[[ServerState], EngineQueue],
+    pair: Callable[[ServerState], EdgeSpec],
     metrics: Metrics,
     *,
     embedding_model: Path | None = None,
 ) -> Embeddings:
     """Register the routes on ``app``. ``authorize(state, request)`` raises for a wrong API
-    key; ``engine(state)`` returns the engine queue or raises 503 while loading. Returns
+    key; ``pair(state)`` returns the loaded pair or raises 503 while loading. Returns
     the embeddings' owner, to ``close()`` before the pair is closed."""
     embeddings = Embeddings(embedding_model, state.max_queue)
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> JSONResponse:
         authorize(state, request)
-        lm = engine(state).lm
+        lm = pair(state)
         asked = parse_tokenize(await pipeline.read_json(request))
         tokens = await run_in_threadpool(
             lm.target.tokenize,
@@ -371,28 +378,24 @@ def add_extra_routes(
     @app.post("/detokenize")
     async def detokenize(request: Request) -> JSONResponse:
         authorize(state, request)
-        lm = engine(state).lm
+        lm = pair(state)
         tokens = parse_detokenize(await pipeline.read_json(request), lm.target.n_vocab)
         return JSONResponse({"content": await run_in_threadpool(lm.target.detokenize, tokens)})
 
     @app.get("/props")
     async def get_props(request: Request) -> JSONResponse:
         authorize(state, request)
-        return JSONResponse(props(engine(state).lm, embeddings))
+        return JSONResponse(props(pair(state), embeddings))
 
     @app.get("/metrics")
     async def get_metrics(request: Request) -> Response:
         authorize(state, request)
-        queue = state.queue
-        if queue is None:  # loading: the counters are there, the slots are not yet
-            return Response(metrics.render(0, 0, 0), media_type=CONTENT_TYPE)
-        text = metrics.render(queue.lm.engine.slots.busy, queue.lm.engine.slots.count, queue.waiting)
-        return Response(text, media_type=CONTENT_TYPE)
+        return Response(_metrics_text(state.lm, metrics), media_type=CONTENT_TYPE)
 
     @app.post("/v1/embeddings")
     async def create_embeddings(request: Request) -> JSONResponse:
         authorize(state, request)
-        lm = engine(state).lm
+        lm = pair(state)
         asked = parse_embeddings(await pipeline.read_json(request))
         vectors, n_tokens, name = await embeddings.compute(lm, asked)
         return JSONResponse(embeddings_body(vectors, asked.encoding_format, name, n_tokens))

@@ -14,15 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgespec.api import one_constraint
+from edgespec.api import constraint_from, one_constraint
 from edgespec.decoding.events import Token
-from edgespec.decoding.grammar import (
-    GrammarError,
-    GrammarSpec,
-    compile_grammar,
-    json_object_grammar,
-    schema_grammar,
-)
+from edgespec.decoding.grammar import GrammarError, GrammarSpec
 from edgespec.errors import RequestError
 from edgespec.server.errors import bad_request
 
@@ -75,30 +69,36 @@ def logprobs(body: dict, kind: str) -> int | None:
 
 def constraint(body: dict, model: Any) -> GrammarSpec | None:
     """The grammar the answer must follow: from ``response_format``, or llama-server's
-    ``grammar`` / ``json_schema`` fields (one of them)."""
+    ``grammar`` / ``json_schema`` fields (one of them), built by the one builder every front
+    end uses (``constraint_from``); this reads only the wire's shapes."""
     given = [name for name in ("response_format", "grammar", "json_schema") if body.get(name) is not None]
     try:
-        one_constraint(given)
-        if body.get("grammar") is not None:
-            grammar = body["grammar"]
-            if not isinstance(grammar, str) or not grammar.strip():
-                raise bad_request("'grammar' must be a GBNF grammar (a string)", "grammar")
-            return compile_grammar(grammar, model=model)
-        if body.get("json_schema") is not None:
-            return GrammarSpec(schema_grammar(body["json_schema"]))
-        return _response_format(body.get("response_format"))
+        one_constraint(given)  # in the wire's names, before they become the builder's
+        return constraint_from(**_constraint_keywords(body), model=model)
     except (GrammarError, RequestError) as exc:
         raise bad_request(str(exc), exc.param) from None
 
 
-def _response_format(value: Any) -> GrammarSpec | None:
+_NO_CONSTRAINT: dict[str, Any] = {"grammar": None, "json_schema": None, "json_object": False}
+
+
+def _constraint_keywords(body: dict) -> dict[str, Any]:
+    """``constraint_from``'s keywords for the one constraint the body gives."""
+    if body.get("grammar") is not None:
+        return {**_NO_CONSTRAINT, "grammar": body["grammar"]}
+    if body.get("json_schema") is not None:
+        return {**_NO_CONSTRAINT, "json_schema": body["json_schema"]}
+    return _response_format(body.get("response_format"))
+
+
+def _response_format(value: Any) -> dict[str, Any]:
     if value is None:
-        return None
+        return _NO_CONSTRAINT
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "text":
-        return None
+        return _NO_CONSTRAINT
     if kind == "json_object":
-        return GrammarSpec(json_object_grammar())
+        return {**_NO_CONSTRAINT, "json_object": True}
     if kind == "json_schema":
         spec = value.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
@@ -106,7 +106,7 @@ def _response_format(value: Any) -> GrammarSpec | None:
                 "'response_format.json_schema' must be {'name': …, 'schema': {…}, 'strict': …}",
                 "response_format",
             )
-        return GrammarSpec(schema_grammar(spec.get("schema") or {"type": "object"}))
+        return {**_NO_CONSTRAINT, "json_schema": spec.get("schema") or {"type": "object"}}
     raise bad_request(
         "'response_format.type' must be 'text', 'json_object' or 'json_schema'", "response_format"
     )

@@ -6,6 +6,12 @@ OpenAI chat-completion chunks while it streams, or as one chat-completion body. 
 other wire formats translate those (``server.anthropic``, ``server.responses``), so
 every format gives the same tokens for the same conversation, and tool calls, thinking
 and figures are read in one place (``server.chunks``).
+
+A job's answer is asked of the pair with ``EdgeSpec.submit`` (``ask``), which hands its
+events straight to the request's event loop: no thread of the server's stands between the
+pair's loop and a client. Past ``max_waiting`` answers waiting for a slot, a new one is
+refused (a 503). A client that goes away stops its own answer (``answer.stop()``): a
+waiting one leaves the queue at once, a running one ends at its next step.
 """
 
 from __future__ import annotations
@@ -16,16 +22,18 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
 
+from edgespec.api import EdgeSpec, QueueFull
 from edgespec.decoding.events import Done, Step, Token
+from edgespec.decoding.generation import Generation
 from edgespec.decoding.runner import END
 from edgespec.errors import EdgespecError
 from edgespec.server import chunks
 from edgespec.server.errors import ApiError
-from edgespec.server.queue import EngineQueue, QueueFull, Submitted
 from edgespec.server.schemas import Job
 
 log = logging.getLogger("edgespec.server")
@@ -85,27 +93,54 @@ def _mended(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def submit(engine: EngineQueue, job: Job) -> Submitted:
+@dataclass(eq=False)
+class Asked:
+    """A job and its live answer, whose events arrive on ``events`` in lists, the last
+    ending with ``decoding.runner.END`` or an exception."""
+
+    job: Job
+    answer: Generation | None = None
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+def ask(lm: EdgeSpec, job: Job, max_waiting: int) -> Asked:
+    """Submit ``job``'s answer, its events put on this event loop's queue; a 503 when
+    ``max_waiting`` answers wait already."""
+    loop = asyncio.get_running_loop()
+    asked = Asked(job)
+
+    def deliver(events: list[object]) -> None:
+        # RuntimeError: the event loop is gone (server shutting down), nobody listens.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(asked.events.put_nowait, events)
+
     try:
-        return engine.submit(job)
+        asked.answer = lm.submit(job.request, owner=job.id, deliver=deliver, limit=max_waiting)
     except QueueFull:
         raise ApiError(
             503,
-            f"the server is busy: {engine.max_waiting} requests are already waiting; retry later",
+            f"the server is busy: {max_waiting} requests are already waiting; retry later",
             type="server_error",
             code="queue_full",
             headers={"Retry-After": str(RETRY_AFTER_S)},
         ) from None
+    return asked
 
 
-async def _events(submitted: Submitted) -> AsyncIterator[Token | Step | Done]:
+async def _events(asked: Asked) -> AsyncIterator[Token | Step | Done]:
     while True:
-        for item in await submitted.events.get():
+        for item in await asked.events.get():
             if item is END:
                 return
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+
+def _stop(asked: Asked) -> None:
+    """The client is gone: stop its answer (never anyone else's)."""
+    if asked.answer is not None:
+        asked.answer.stop()
 
 
 def failure(exc: Exception) -> ApiError:
@@ -118,7 +153,7 @@ def failure(exc: Exception) -> ApiError:
 
 
 async def whole(
-    engine: EngineQueue, submitted: Submitted, request: Request, on_done: OnDone | None = None
+    asked: Asked, piece: Callable[[int], bytes], request: Request, on_done: OnDone | None = None
 ) -> dict:
     """A non-streaming answer's chat-completion body; a client that hangs up meanwhile
     cancels its job."""
@@ -126,13 +161,13 @@ async def whole(
     async def watch() -> None:
         while not await request.is_disconnected():
             await asyncio.sleep(DISCONNECT_POLL_S)
-        engine.cancel(submitted)
+        _stop(asked)
 
     watcher = asyncio.create_task(watch())
-    answer = chunks.Answer(submitted.job, engine.lm.target.piece)
+    answer = chunks.Answer(asked.job, piece)
     done: Done | None = None
     try:
-        async for event in _events(submitted):
+        async for event in _events(asked):
             if isinstance(event, Done):
                 done = event
             else:
@@ -142,7 +177,7 @@ async def whole(
     finally:
         watcher.cancel()
         if done is None:
-            engine.cancel(submitted)
+            _stop(asked)
     if done is None:
         raise ApiError(500, "the generation ended without an answer", type="server_error")
     body = answer.whole(done)
@@ -152,18 +187,17 @@ async def whole(
 
 
 async def stream(
-    engine: EngineQueue, submitted: Submitted, on_done: OnDone | None = None
+    asked: Asked, piece: Callable[[int], bytes], on_done: OnDone | None = None
 ) -> AsyncIterator[dict]:
     """The answer as chat-completion chunks (an error, once headers are gone, as an
     ``{"error": …}`` item, the last). Starlette cancels the consumer when the client hangs
     up, and the ``finally`` hands that on to the engine."""
-    job = submitted.job
-    answer = chunks.Answer(job, engine.lm.target.piece)
+    answer = chunks.Answer(asked.job, piece)
     finished = False
     try:
         for piece in answer.opening():
             yield piece
-        async for event in _events(submitted):
+        async for event in _events(asked):
             found = answer.finish(event) if isinstance(event, Done) else answer.add(event)
             if isinstance(event, Done) and on_done is not None:
                 on_done(event, found[-1]["speculation"])
@@ -175,7 +209,7 @@ async def stream(
         yield failure(exc).body()
     finally:
         if not finished:
-            engine.cancel(submitted)
+            _stop(asked)
 
 
 async def keepalive(

@@ -11,8 +11,8 @@ Besides OpenAI's fields a request may carry edgespec's own, named like the CLI's
 ``drafter`` (``auto``, the default, a registered drafter's name, or ``none``), ``gamma``
 (``auto``, the default, or tokens drafted per step from 0 to 64), ``verify`` (``token``
 or ``block``) and ``lenience`` (in (0, 1]; 1 keeps the output exact). Drafter and γ are
-checked by ``decoding.choice.check_choice``, the one check the CLI and the API share; a
-refusal names the field in ``param``.
+checked by ``decoding.choice.check_choice`` (γ by its one parser, ``parse_gamma``), the one
+check every front end shares; a refusal names the field in ``param``.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@ waiting ends at once with an error, and every model endpoint refuses with 503 an
 ``Retry-After`` until the server is serving again (``cli/serve_restart.py`` restarts it).
 
 A lost worker leaves the pair's loop waiting for good inside a pass, so nothing the loop
-would do ends those answers: they are ended here, each with its error and ``END`` handed
-to its ``deliver`` once, and so is every call waiting on the loop (an embedding request's
-batches), with the same refusal (a later hand-over, from a loop that was not stuck after all,
-goes nowhere). An answer that a request queues just after the loss is ended the same way
+would do ends those answers: ``EdgeSpec.end_answers`` ends them, each with its error and
+``END`` handed to its reader once, and every call waiting on the loop (an embedding
+request's batches), with the same refusal (a later hand-over, from a loop that was not
+stuck after all, goes nowhere). An answer that a request queues just after the loss is ended the same way
 by a sweep that runs until the process restarts.
 """
 
@@ -16,7 +16,6 @@ import threading
 import time
 
 from edgespec.api import EdgeSpec
-from edgespec.decoding.runner import END
 from edgespec.server.errors import ApiError
 from edgespec.server.pipeline import RETRY_AFTER_S
 
@@ -35,26 +34,6 @@ def refusal(reason: str) -> ApiError:
     )
 
 
-def _dropped(_events: list[object]) -> None:
-    """Where an ended answer's later events go."""
-
-
-def end_answers(lm: EdgeSpec, error: BaseException) -> int:
-    """End every answer running or waiting on ``lm`` with ``error``, each once, and every
-    call waiting on its loop (an embedding's batch); how many answers were ended now."""
-    lm.engine.turn.abandon_calls(error)
-    ended = 0
-    for answer in lm.answers():
-        deliver = answer.deliver
-        if deliver is _dropped:
-            continue
-        answer.deliver = _dropped
-        answer.stop()
-        deliver([error, END])
-        ended += 1
-    return ended
-
-
 def sweep(lm: EdgeSpec, error: BaseException, every_s: float = SWEEP_S) -> threading.Thread:
     """Go on ending the answers queued on ``lm`` (a request that was past the check when
     the worker was lost), every ``every_s`` seconds, for the process's life."""
@@ -62,7 +41,7 @@ def sweep(lm: EdgeSpec, error: BaseException, every_s: float = SWEEP_S) -> threa
     def run() -> None:
         while True:
             time.sleep(every_s)
-            end_answers(lm, error)
+            lm.end_answers(error)
 
     thread = threading.Thread(target=run, name="edgespec-unavailable", daemon=True)
     thread.start()

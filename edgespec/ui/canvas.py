@@ -27,7 +27,7 @@ from edgespec.ui.chat_store import ChatStore
 from edgespec.ui.prompt import Attached
 from edgespec.ui.session import Session
 from edgespec.ui.text import provenance_pieces
-from edgespec.ui.views import Throttle, owner_of, parse_gamma
+from edgespec.ui.views import Throttle, owner_of
 
 if TYPE_CHECKING:
     from edgespec.ui.attach import Attachments
@@ -94,14 +94,14 @@ class Canvas:
         prompt = lm.prompt_tokens(messages, chat=True)
         # As long as the file and its change need: the chat's max tokens would cut it short.
         budget = max(16, lm.target.n_ctx - len(prompt) - 1)
-        try:
+        try:  # γ as the control gives it: the request builder parses it, as for every front end
             request_ = lm.request(messages, settings_from(max_tokens=budget), drafter=drafter,
-                                  gamma=parse_gamma(gamma), chat=True, prediction=canvas.text)  # fmt: skip
+                                  gamma=gamma, chat=True, prediction=canvas.text)  # fmt: skip
         except EdgespecError as exc:
             raise gr.Error(str(exc)) from None
-        answer, run, throttle = lm.start(request_), AnswerRun(), Throttle(SHOW_EVERY_S)
-        answer.owner = owner_of(request)
-        with closing(lm.events(answer, SHOW_EVERY_S / 4)) as events:
+        answer = lm.submit(request_, owner=owner_of(request))  # the tab's Stop ends it
+        run, throttle = AnswerRun(), Throttle(SHOW_EVERY_S)
+        with closing(answer.events(SHOW_EVERY_S / 4)) as events:
             for event in events:
                 run.add(event)
                 if throttle.due():

@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -51,7 +51,6 @@ from edgespec.ui.views import (
     View,
     chat_messages,
     owner_of,
-    parse_gamma,
     parse_seed,
     takes_chat_inputs,
 )
@@ -142,7 +141,7 @@ class ChatHandlers:
     def begin(self, inputs: ChatInputs) -> tuple:
         """Store and show the question, start the answer (it waits for the engine in
         ``run``) and open its live feed."""
-        session, request = inputs.session, inputs.request
+        session = inputs.session
         session.colour = bool(inputs.colour)
         intent, session.intent = session.intent, None
         if session.pending is not None:
@@ -154,9 +153,7 @@ class ChatHandlers:
             chat = session.chat.messages if session.chat is not None else []
             message = inputs.message if intent is None else gr.skip()
             return self._failure(str(exc), message if asked else gr.skip(), chat, session.colour).values()
-        owner = owner_of(request)
-        others = sum(answer.owner != owner for answer in pending.lm.answers())
-        waiting = others >= pending.lm.engine.slots.count
+        waiting = pending.answer.ahead >= pending.lm.occupancy().total
         pending.feed = Feed(pending.run, session.colour, waiting=waiting)
         session.pending = pending
         view = self._opening(pending, session, streaming=True)
@@ -166,15 +163,16 @@ class ChatHandlers:
         view.live = feed_tag(self.feeds.open(pending.feed))
         return view.values()
 
-    def run(self, session: Session, request: gr.Request) -> None:
-        """Decode the tab's begun answer on the engine; the page follows it on the feed."""
+    def run(self, session: Session) -> None:
+        """Follow the tab's begun answer as the engine decodes it; the page follows it on
+        the feed."""
         pending = session.pending
         if pending is None or pending.feed is None or pending.started:
             return  # nothing began (or another message's events are past): nothing to run
         pending.started = True
         pending.feed.waiting = False
         try:
-            for _ in self._drive(pending, session, owner_of(request), self.feeds.pace.fold_s):
+            for _ in self._drive(pending, session, self.feeds.pace.fold_s):
                 pass
         except EdgespecError as exc:
             pending.problem = str(exc)
@@ -198,7 +196,7 @@ class ChatHandlers:
     @takes_chat_inputs
     def chat(self, inputs: ChatInputs) -> Iterator[tuple]:
         """Stream one answer to ``message``, continuing the open chat."""
-        session, request = inputs.session, inputs.request
+        session = inputs.session
         session.colour = bool(inputs.colour)
         intent, session.intent = session.intent, None
         try:
@@ -210,7 +208,7 @@ class ChatHandlers:
         yield self._opening(pending, session, streaming=False).values()
         throttle, gauge_stale = Throttle(UPDATE_INTERVAL_S), False
         try:
-            for step_complete in self._drive(pending, session, owner_of(request), UPDATE_INTERVAL_S / 2):
+            for step_complete in self._drive(pending, session, UPDATE_INTERVAL_S / 2):
                 # A finished drafting step moves the gauge, in the next update.
                 gauge_stale = gauge_stale or (step_complete and pending.run.steps[-1].gamma > 0)
                 if throttle.due():
@@ -248,14 +246,16 @@ class ChatHandlers:
         if question is not None:
             asked = StoredMessage("user", question, attachments=files or None)
             prompt.append({"role": "user", "content": user_content(asked, self.text_of)})
-        drafter, gamma = inputs.settings[0], parse_gamma(inputs.settings[1])
+        # γ as the control gives it: the request builder parses it, as for every front end.
+        drafter, gamma = inputs.settings[0], inputs.settings[1]
         request = lm.request(prompt, settings_from(**options), drafter=drafter, gamma=gamma, chat=True)
         chat = self._keep_question(
             session, intent, system, dict(zip(SETTING_NAMES, inputs.settings, strict=True)), files
         )
         if typed:
             session.forget_files()  # what was read ahead stays as cache; the answer reads the rest
-        answer = lm.start(request)
+        # Queued now, this tab's: its Stop (or the tab closing) ends it, and no other tab's.
+        answer = lm.submit(request, owner=owner_of(inputs.request))
         run = AnswerRun()
         session.current_run, session.live = run, answer.live  # the lenience slider reaches it
         return Pending(answer, lm, run, prompt, options, session.epoch, chat.id, question)
@@ -299,12 +299,11 @@ class ChatHandlers:
             chat.messages.append(message)
         return chat
 
-    def _drive(self, pending: Pending, session: Session, owner: str, every_s: float) -> Iterator[bool]:
-        """Run the answer, folding its events into ``pending.run`` (taken from the engine
+    def _drive(self, pending: Pending, session: Session, every_s: float) -> Iterator[bool]:
+        """Follow the answer, folding its events into ``pending.run`` (taken from the engine
         at most every ``every_s``); yields after each event whether it completed a step."""
         try:
-            pending.answer.owner = owner  # this tab's Stop ends it, and no other tab's
-            with closing(pending.lm.events(pending.answer, every_s)) as events:
+            with closing(pending.answer.events(every_s)) as events:
                 for event in events:
                     step_complete = pending.run.add(event)
                     if session.epoch == pending.epoch and not isinstance(event, Done):
@@ -473,15 +472,15 @@ class ChatHandlers:
         assert session.last_prompt is not None and session.last_settings is not None
         assert session.last_run is not None and session.last_run.done is not None
         settings = settings_from(**session.last_settings)
-        answer = lm.start(lm.request(session.last_prompt, settings, drafter="none", gamma=0, chat=True))
+        request = lm.request(session.last_prompt, settings, drafter="none", gamma=0, chat=True)
         # Start from the cache the answer started from: right now it also holds the
         # answer's prompt, and reusing all of it would spare the baseline the prefill the
         # answer paid, flattering the baseline.
-        answer.reuse_limit = session.last_run.done.stats.reused_tokens
-        answer.owner = owner
+        request = replace(request, reuse_limit=session.last_run.done.stats.reused_tokens)
+        answer = lm.submit(request, owner=owner)
         done = None
         # Read as the answer was, so that both rates are measured the same way.
-        with closing(lm.events(answer, self.feeds.pace.fold_s)) as events:
+        with closing(answer.events(self.feeds.pace.fold_s)) as events:
             for event in events:
                 if isinstance(event, Done):
                     done = event
@@ -498,11 +497,9 @@ class ChatHandlers:
         self.stop_tab(session, request)
 
     def stop_tab(self, session: Session, request: gr.Request | None) -> None:
-        """End this tab's answer, running or still waiting for the engine."""
+        """End this tab's answers, running or still waiting for the engine."""
         if self.lm is not None:
             self.lm.stop_answers(owner_of(request))
-        if session.pending is not None:
-            session.pending.answer.stop()
 
     def set_lenience(self, lenience: float, session: Session) -> None:
         """A running answer reads its live lenience at every step: λ applies from the next."""

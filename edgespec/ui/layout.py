@@ -305,7 +305,7 @@ def _wire_answers(
     # and is told so by its live feed. An answer asked in the page runs as begin, run
     # (queued, no outputs: no progress display redraws the page while it decodes) and
     # finish; the /chat and /measure_baseline APIs are one event each, on hidden triggers.
-    slots = handlers.lm.engine.slots.count if handlers.lm is not None else 1
+    slots = handlers.lm.occupancy().total if handlers.lm is not None else 1
     engine = {"concurrency_limit": slots, "concurrency_id": ENGINE_QUEUE, "show_progress": "hidden"}
     quick = {"queue": False, "show_progress": "hidden"}
     # Queued (so that a warning reaches the page as a toast), each in a group of its own

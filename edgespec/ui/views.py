@@ -13,11 +13,16 @@ from typing import Any
 
 import gradio as gr
 
+# γ has one parser for every front end (its limit and its words): the app's handlers
+# take it from here, under the name they always used.
+from edgespec.decoding.choice import parse_gamma as parse_gamma
 from edgespec.errors import EdgespecError
 from edgespec.ui.chat_store import StoredMessage
 from edgespec.ui.session import Session
 from edgespec.ui.text import coloured_answer
 
+# The choices the γ control offers: the useful short drafts only; what is allowed at all,
+# ``parse_gamma`` decides.
 GAMMA_CHOICES = ("auto", *(str(n) for n in range(17)))
 # The settings panel's controls, in the order every handler of a message receives them.
 SETTING_NAMES = (
@@ -75,18 +80,6 @@ class Throttle:
             self._last = now
             return True
         return False
-
-
-def parse_gamma(value: str | int | float) -> int | str:
-    if str(value).strip() == "auto":
-        return "auto"
-    try:
-        gamma = int(float(value))
-    except (TypeError, ValueError):
-        raise EdgespecError(f"γ must be 'auto' or a number from 0 to 16 (got {value!r})") from None
-    if not 0 <= gamma <= 16:
-        raise EdgespecError(f"γ must be 'auto' or a number from 0 to 16 (got {gamma})")
-    return gamma
 
 
 def parse_seed(value: str | float | None) -> int | None:

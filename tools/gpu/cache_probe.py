@@ -34,7 +34,7 @@ def conversation(n: int, seed: int) -> list[int]:
 def first_token(lm: EdgeSpec, tokens: list[int]) -> tuple[float, int]:
     """(seconds to the first token, prompt tokens the pair already held)."""
     request = lm.request(tokens, settings_from(max_tokens=2), drafter="none")
-    done = next(e for e in lm.events(lm.start(request)) if isinstance(e, Done))
+    done = next(e for e in lm.submit(request).events() if isinstance(e, Done))
     return done.stats.ttft_s, done.stats.reused_tokens
 
 

@@ -173,8 +173,10 @@ class PairState:
         return cls(load_or_measure(target, draft, k_max, quiet=quiet, notify=notify), tuning)
 
     def begin_answer(self) -> None:
-        """A new answer starts: only a share of the drafters' evidence carries into it."""
+        """A new answer starts: only a share of the drafters' evidence carries into it, and
+        the costs the earlier answers saw are checked against the profile."""
         self.stats.soften(self.tuning.carry_over)
+        self.check_costs()
 
     def check_costs(self) -> list[int]:
         """Sizes whose costs seen while generating disagree with the profile's shape; the

@@ -12,7 +12,7 @@ If (2) and (3) agree in shape, the curve is llama.cpp's on this machine; the gap
 (1) and (2) is what asking for every row costs (the output layer over a 151,936-token
 vocabulary, k times). Sizes are interleaved over rounds and each keeps its median.
 
-    .venv/bin/python -m tools.costs_check [--sizes 1 2 4 8 9 16 17] [--rounds 5]
+    .venv/bin/python -m lab.costs_check [--sizes 1 2 4 8 9 16 17] [--rounds 5]
 """
 
 from __future__ import annotations

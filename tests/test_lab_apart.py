@@ -76,3 +76,24 @@ def test_only_the_package_is_installed():
     assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["edgespec*"]
     assert (ROOT / "lab" / "__init__.py").is_file()
     assert not any(p.name == "lab" for p in PACKAGE.rglob("*") if p.is_dir())
+
+
+TOOLS = ROOT / "tools"
+
+
+def lab_imports(source: str, name: str = "<source>") -> list[str]:
+    """What ``source`` imports of ``lab``: the one direction ``lab/`` and ``tools/`` may not
+    take (``lab/`` imports ``tools/``, never the reverse)."""
+    return [found for found in drives(source, name) if re.search(r"imports lab(\.|$)", found)]
+
+
+@pytest.mark.parametrize("path", sorted(TOOLS.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_tool_imports_the_lab(path: Path):
+    found = lab_imports(path.read_text(encoding="utf-8"), str(path))
+    assert not found, f"{path.relative_to(ROOT)} imports the lab: {found} (move what it needs into tools/)"
+
+
+def test_the_direction_check_sees_a_tool_importing_the_lab():
+    assert lab_imports("def f():\n    from lab.llamacpp import build\n")
+    assert lab_imports("import os, lab")
+    assert not lab_imports("import labels\nfrom tools import netdelay\n")

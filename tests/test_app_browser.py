@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.api import EdgeSpec
+from edgespec.api import EdgeSpec, RuntimeOptions
 from edgespec.decoding.drafters import CHOICES, NONE_COLOUR, REGISTRY
 from edgespec.ui.figures import DRAFTED_NAME, NO_DRAFT_NAME
 from edgespec.ui.layout import build_app, launch_app
@@ -75,7 +75,7 @@ def app_url() -> Iterator[str]:
         reason = f"{CHROMIUM} is not installed (make test installs it; or: apt-get install -y chromium)"
         print(f"skipping the browser test: {reason}")
         pytest.skip(reason)
-    lm = EdgeSpec(quiet=True)
+    lm = EdgeSpec(options=RuntimeOptions(engine_thread=True), quiet=True)  # as app.py loads it
     demo = build_app(lm)
     port = free_port()
     launch_app(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
@@ -118,6 +118,16 @@ def open_app(browser, url: str):
 HELD_MAX_TOKENS = 1024
 SLOT = "#chatbot .live-slot-answer"  # an answer's bubble while its feed writes it
 ROWS_JS = "() => document.querySelectorAll('#chatbot .message-row').length"
+
+
+def new_chat(page) -> None:
+    """A new chat, open before anything is typed into it: it clears the message box, so a
+    message typed before its answer came would be lost (on a busy machine it comes late)."""
+    from playwright.sync_api import expect
+
+    page.fill("#message textarea", "typed before the new chat")
+    page.click("#new-chat")
+    expect(page.locator("#message textarea")).to_have_value("")
 
 
 def set_max_tokens(page, count: int) -> None:
@@ -220,7 +230,7 @@ def test_chat_in_a_real_browser(app_url: str):
             withdrawn = open_app(browser, app_url)
             withdrawn.fill("#message textarea", "Say goodbye in one word.")
 
-            page.click("#new-chat")
+            new_chat(page)
             # Held in flight by a budget no machine decodes before the test has seen what
             # it looks for; then stopped (the answer measured further on is another one).
             set_max_tokens(page, HELD_MAX_TOKENS)
@@ -319,7 +329,7 @@ def test_chat_in_a_real_browser(app_url: str):
 
             # An answer with no drafting at all says so, everywhere.
             page.click("#drafter label:has-text('none')")
-            page.click("#new-chat")
+            new_chat(page)
             page.fill("#message textarea", "Count from 1 to 5, one number per line.")
             page.keyboard.press("Enter")
             expect(page.locator("#gauge")).to_contain_text("no drafting in this answer", timeout=TIMEOUT_MS)

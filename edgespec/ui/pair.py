@@ -40,6 +40,10 @@ class PairHolder:
     ``loader``: how to load another pair (None: the pair is fixed, as under ``serve``)."""
 
     def __init__(self, lm: EdgeSpec | None, load_error: str | None = None, loader: Loader | None = None):
+        if lm is not None and not lm.threaded:
+            # A tab's answer is submitted in one event and read in another, from Gradio's
+            # threads: the pair's loop must run it on a thread of its own.
+            raise EdgespecError("the chat app needs a pair loaded with RuntimeOptions(engine_thread=True)")
         self.lm = lm
         self.load_error = load_error or ("no model is loaded" if lm is None else None)
         self.loader = loader

@@ -144,6 +144,17 @@ def gauge_accepted(page) -> int:
     return int(match.group(1)) if match else -1
 
 
+def copied_by(page, button) -> str:
+    """What a copy button puts on the clipboard: its write is a promise, waited for (the
+    clipboard emptied first, so that what an earlier button copied is never read)."""
+    page.evaluate("navigator.clipboard.writeText('')")
+    button.click()
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while not (text := page.evaluate("navigator.clipboard.readText()")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return text
+
+
 def coloured_spans(page) -> int:
     return page.evaluate(f"() => {LAST_SPANS}.length")
 
@@ -283,23 +294,21 @@ def test_chat_in_a_real_browser(app_url: str):
             # (and, below, just as it does with the colouring off).
             copy_buttons = page.locator("#chatbot button[aria-label='Copy message']")
             buttons = copy_buttons.count()
-            copy_buttons.last.click()
-            copied = page.evaluate("navigator.clipboard.readText()")
+            copied = copied_by(page, copy_buttons.last)
             assert "def " in copied and "<span" not in copied, copied[:200]
             # A code block in it keeps its own copy button, which copies the code alone.
             code_blocks = page.locator("#chatbot .bot-row").last.locator("pre code")
             if code_blocks.count():
-                page.locator("#chatbot .bot-row").last.locator("button.copy_code_button").first.click()
+                code_button = page.locator("#chatbot .bot-row").last.locator("button.copy_code_button").first
                 code = code_blocks.first.inner_text().strip()
-                assert page.evaluate("navigator.clipboard.readText()") == code and code in copied
+                assert copied_by(page, code_button) == code and code in copied
             page.screenshot(path=str(OUTPUT_DIR / "app_browser.png"), full_page=True)
             page.click("#colour-toggle input")
             expect(page.locator("#legend")).to_contain_text("colouring off")
-            assert coloured_spans(page) == 0
+            page.wait_for_function(f"() => {LAST_SPANS}.length === 0")  # the chat drawn again, plain
             assert "def " in page.evaluate(LAST_ANSWER_JS)
             expect(copy_buttons).to_have_count(buttons)  # the answer's own, drawn again
-            copy_buttons.last.click()
-            assert page.evaluate("navigator.clipboard.readText()") == copied
+            assert copied_by(page, copy_buttons.last) == copied
             page.click("#colour-toggle input")
             expect(page.locator("#chatbot .prov").first).to_be_visible()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from test_costs import BUSY_CORE, usable_cores
+from test_costs import usable_cores
 
 from edgespec.runtime import local_workers
 
@@ -85,6 +85,8 @@ def test_a_worker_behind_a_relay_on_loopback_is_found_through_it():
             process.wait()
 
 
+# At least this much of a core is the worker's, even with two other programs spinning there.
+WORKER_SHARE = 0.25
 # A child pinned to one core measures others' load there while a stand-in worker spins on
 # the same core; with its address among the workers this process was placed on or not.
 WATCH = """
@@ -115,7 +117,9 @@ def test_the_cpu_of_this_process_workers_on_loopback_is_not_other_load():
     try:
         for _ in range(3):
             stranger, ours = seen(port, "stranger"), seen(port, "ours")
-            if stranger > 0.5 and ours < BUSY_CORE:
+            # The worker's share of the core is other load as a stranger's only: what else
+            # runs there (a busy machine) counts either way, so the two differ by its share.
+            if stranger > 0.5 and stranger - ours > WORKER_SHARE:
                 return
             tries.append(f"as another program's {stranger:.2f} cores, as ours {ours:.2f}")
     finally:

@@ -64,7 +64,9 @@ def url(pair: EdgeSpec) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(30)
-        assert state.queue is not None and state.queue.shutdown()
+        assert state.lm is not None
+        state.lm.stop_answers()
+        assert state.lm.wait_idle(10)
 
 
 def break_pair(pair: EdgeSpec, monkeypatch: pytest.MonkeyPatch, method: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -97,7 +97,7 @@ def create_app(
             expose_headers=[IGNORED_HEADER],
         )
     _add_error_handlers(app)
-    app.include_router(_answering_routes(state))
+    _add_answering_routes(app, state)
     track_requests(app, state.metrics)
     # Before the chat app's fallback and mount (``add_api_fallback``), which would take /v1/….
     app.state.embeddings = add_extra_routes(
@@ -129,15 +129,15 @@ def _add_error_handlers(app: FastAPI) -> None:
         )
 
 
-def _answering_routes(state: ServerState) -> APIRouter:
-    """``/health``, ``/v1/models`` and a route for each wire."""
-    router = APIRouter()
+def _add_answering_routes(app: FastAPI, state: ServerState) -> None:
+    """``/health``, ``/v1/models`` and a route for each wire. (On the app itself: the
+    request metrics name a request by the app's own routes.)"""
 
-    @router.get("/health")
+    @app.get("/health")
     async def health() -> JSONResponse:
         return _health(state)
 
-    @router.get("/v1/models")
+    @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
         _authorize(state, request)
         lm = _pair(state)
@@ -147,13 +147,11 @@ def _answering_routes(state: ServerState) -> APIRouter:
         return JSONResponse({"object": "list", "data": entries})
 
     for path, wire in WIRE_ROUTES.items():
-        router.add_api_route(path, _wire_route(state, wire), methods=["POST"])
+        app.add_api_route(path, _wire_route(state, wire), methods=["POST"])
 
-    @router.post("/v1/messages/count_tokens")
+    @app.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> Response:
         return await _count_tokens(state, request)
-
-    return router
 
 
 def _wire_route(state: ServerState, wire: Wire) -> Callable[[Request], Awaitable[Response]]:

@@ -24,7 +24,7 @@ from edgespec.bench.corpus import (
     load_corpus,
     settings_extras,
 )
-from edgespec.bench.replay import CURVES, CURVES_FILE, Curve, load_curves
+from edgespec.bench.curves import CURVES, CURVES_FILE, Curve, load_curves
 from edgespec.cli.bench import BARS, BARS_FILE, load_bars
 from edgespec.decoding.grammar import GrammarSpec
 from edgespec.errors import EdgespecError

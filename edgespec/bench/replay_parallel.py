@@ -27,17 +27,9 @@ from functools import partial
 
 import numpy as np
 
+from edgespec.bench.curves import CURVES_FILE, Curve, cost_model, load_curves
 from edgespec.bench.recording import Recording, recorded_corpus
-from edgespec.bench.replay import (
-    CURVES_FILE,
-    Curve,
-    ReplayedDraft,
-    ReplayedModel,
-    VirtualClock,
-    cost_model,
-    load_curves,
-    policy_for,
-)
+from edgespec.bench.replay import ReplayedDraft, ReplayedModel, VirtualClock, policy_for
 from edgespec.decoding.auto import DEFAULT, PairState, Tuning
 from edgespec.decoding.engine import Engine
 from edgespec.decoding.events import Done

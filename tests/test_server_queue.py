@@ -170,3 +170,19 @@ def test_an_owners_stop_ends_its_own_answers_waiting_or_running_and_no_other(lm:
     theirs.stop()
     readers[0][2].join(120)
     assert readers[0][1][-1].stop_reason == "cancelled" and lm.wait_idle(10)
+
+
+def test_a_reader_that_leaves_at_the_done_is_let_go_at_once(lm: EdgeSpec) -> None:
+    """The last events come together (the Done, then the end behind it): a reader that
+    stops reading at the Done has taken the end already, and must not wait for another."""
+    answer = lm.submit(job(lm).request)
+    assert answer.ended.wait(120)  # every event, the end too, waits to be read
+
+    def leave_at_the_done() -> None:
+        next(event for event in answer.events() if isinstance(event, Done))
+
+    reader = threading.Thread(target=leave_at_the_done, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive()
+    assert lm.occupancy().busy == 0

@@ -155,13 +155,14 @@ def read(runner: Runner, every_s: float = 0.0) -> Iterator[object]:
     ended = False
     try:
         while not ended:
-            for item in runner.take():
-                if item is END:
-                    ended = True
-                elif isinstance(item, BaseException):
-                    ended = True
+            items = runner.take()
+            # Known before anything is handed on: a reader that leaves at the last event
+            # (a Done taken with the END behind it) must not wait for an END already taken.
+            ended = any(item is END or isinstance(item, BaseException) for item in items)
+            for item in items:
+                if isinstance(item, BaseException):
                     raise item
-                else:
+                if item is not END:
                     yield item
             if every_s > 0 and not ended:
                 # Each hand-over wakes this thread beside a decode; a reader that shows the

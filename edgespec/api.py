@@ -171,6 +171,7 @@ class EdgeSpec:
                 )
                 self._controller = self.engine.turn.run(prepare)
                 self.engine.turn.weigh = self._controller.costs.target.estimate
+                self.engine.turn.observe_shared = self._controller.learn_shared_decode
         return self._controller
 
     # -- prompts ------------------------------------------------------------------------

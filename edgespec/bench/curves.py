@@ -35,6 +35,18 @@ class Curve:
     # curve without them prices every pass by its size alone, as a CPU does.
     reshape: dict[int, float] = field(default_factory=dict)
     back_to_one: tuple[float, float] = (0.0, 0.0)
+    # Where a decode of several sequences' passes costs more than one sequence's pass of
+    # as many tokens (a 2-core EPYC): each token beyond one per pass costs at least this
+    # many times ``target_s``. 0: a decode is priced by its tokens alone.
+    shared_token: float = 0.0
+
+    def decode_seconds(self, sequences: int, tokens: int) -> float:
+        """A target decode of ``sequences`` passes holding ``tokens`` tokens."""
+        alone = self.target_seconds(tokens)
+        if sequences < 2 or not self.shared_token:
+            return alone
+        spread = self.target_seconds(sequences) + (tokens - sequences) * self.shared_token * self.target_s
+        return max(alone, spread)
 
     def target_seconds(self, k: int) -> float:
         return self.target_s * _interpolate(self.target, k)
@@ -79,7 +91,7 @@ def _figures(where: str, values: dict) -> dict:
         for name in ("target", "draft", "reshape"):
             if name in out:
                 out[name] = {int(k): float(v) for k, v in out[name].items()}
-        for name in ("target_s", "draft_ratio", "python_s"):
+        for name in ("target_s", "draft_ratio", "python_s", "shared_token"):
             if name in out:
                 out[name] = float(out[name])
         if "back_to_one" in out:

@@ -44,7 +44,9 @@ class SharedReplay:
     recording; a decode over several of them is one pass of the curve over all their
     tokens, and the Python of each step in it."""
 
-    def __init__(self, sequences: list[ReplayedModel], clock: VirtualClock, seconds: Callable[[int], float]):
+    def __init__(
+        self, sequences: list[ReplayedModel], clock: VirtualClock, seconds: Callable[[int, int], float]
+    ):
         self.sequences = sequences
         self.n_seq = len(sequences)
         self.prompt_cache = None
@@ -64,7 +66,7 @@ class SharedReplay:
     def decode_passes(self, passes: list[tuple[int, list[int]]], *, last: bool = False) -> list[np.ndarray]:
         tokens = sum(len(wanted) for _, wanted in passes)
         python_s = self.sequences[0]._python_s
-        self._clock.now += self._seconds(tokens) + python_s * len(passes)
+        self._clock.now += self._seconds(len(passes), tokens) + python_s * len(passes)
         return [self.sequences[seq].rows(wanted, 1 if last else len(wanted)) for seq, wanted in passes]
 
 
@@ -85,18 +87,30 @@ class Run:
 class ParallelReplay:
     """One replayed pair of ``answers`` sequences on ``curve``."""
 
-    def __init__(self, target: Model, draft: Model, curve: Curve, answers: int, tuning: Tuning = DEFAULT):
+    def __init__(
+        self,
+        target: Model,
+        draft: Model,
+        curve: Curve,
+        answers: int,
+        tuning: Tuning = DEFAULT,
+        *,
+        observe_shared: bool = True,
+    ):
+        """``observe_shared``: the pair learns what its shared decodes cost, as a loaded pair
+        does (off: every shared step priced by one sequence's curve, to see what it is worth)."""
         self.clock = VirtualClock()
         self.curve, self.tuning = curve, tuning
+        self.observe_shared = observe_shared
         self.target = SharedReplay(
             [ReplayedModel(target, self.clock, curve.target_seconds, curve.python_s) for _ in range(answers)],
             self.clock,
-            curve.target_seconds,
+            curve.decode_seconds,
         )
         self.draft = SharedReplay(
             [ReplayedDraft(draft, self.clock, curve.draft_seconds) for _ in range(answers)],
             self.clock,
-            curve.draft_seconds,
+            lambda _sequences, tokens: curve.draft_seconds(tokens),
         )
 
     def run(self, recordings: list[Recording], label: str, *, at_once: bool) -> Run:
@@ -104,6 +118,8 @@ class ParallelReplay:
         server), all at once or one after another."""
         engine = Engine(self.target, self.draft, clock=self.clock, threaded=True)  # type: ignore[arg-type]
         state = PairState(cost_model(self.curve, engine.max_gamma + 1), self.tuning)
+        if self.observe_shared:
+            engine.turn.observe_shared = state.learn_shared_decode
         try:
             start = self.clock.now
             if at_once:

@@ -133,6 +133,9 @@ class Turns:
         # decode's seconds are split by it, so each answer is charged what its pass would
         # cost alone, scaled to the decode; by tokens until then.
         self.weigh: Callable[[int], float] | None = None
+        # Told of every decode of several answers' target passes (how many passes, their
+        # tokens, its seconds): what a shared step is priced by (``costs.shared``).
+        self.observe_shared: Callable[[int, int, float], None] | None = None
         # While a round's answers plan, on the engine thread: the round's other answers
         # and the tokens their passes will hold, as far as known (``sharing``).
         self._round_view: tuple[int, int] | None = None
@@ -403,7 +406,9 @@ class Turns:
             drafting = [runner for runner, _ in drafts]
         if asked:
             assert self._decode_passes is not None, "a threaded engine decodes its answers' passes"
-            self._decode(asked, self._decode_passes, self.weigh or float)
+            seconds = self._decode(asked, self._decode_passes, self.weigh or float)
+            if len(asked) > 1 and seconds is not None and self.observe_shared is not None:
+                self.observe_shared(len(asked), sum(len(wanted.tokens) for _, wanted in asked), seconds)
 
     def _retire(self, runner: Runner) -> None:
         """An answer that ended leaves the rounds and gives its slot back; then its last
@@ -452,14 +457,16 @@ class Turns:
         asked: list[tuple[Runner, Pass | DraftPass]],
         decode: DecodePasses,
         weigh: Callable[[int], float],
-    ) -> None:
+    ) -> float | None:
+        """One decode of the passes ``asked``, each answer's result and share of its seconds
+        handed back; its seconds (None where it failed)."""
         start = self._clock()
         try:
             rows = decode([(runner.sequence, wanted.tokens) for runner, wanted in asked])
         except Exception as error:  # handed to each answer, which ends with it
             for runner, _ in asked:
                 self._results[id(runner)] = error
-            return
+            return None
         seconds = self._clock() - start
         weights = [max(weigh(len(wanted.tokens)), 1e-9) for _, wanted in asked]
         tokens = sum(len(wanted.tokens) for _, wanted in asked)
@@ -470,6 +477,7 @@ class Turns:
             others = (len(asked) - 1, tokens - len(wanted.tokens))
             self._results[id(runner)] = Passed(logits, share, *others)
             self._spent[id(runner)] = self._spent.get(id(runner), 0.0) + share
+        return seconds
 
     def _end(self) -> None:
         closed = RuntimeError("the engine is closed")

@@ -177,7 +177,7 @@ class AdaptivePolicy:
         answer, costs = self.answer, self.costs
         budget = view.budget
         alone = pricing.plain_seconds(costs)
-        shared = pricing.sharing(costs, view.others, view.others_tokens)
+        shared = pricing.sharing(costs, view.others, view.others_tokens, self.pair.shared_decodes)
         plain = pricing.plain_seconds(costs, shared)
         options = [Choice("none", 0, 1.0 / alone, 1.0, plain)]
         risk = self._risk(alone)
@@ -187,6 +187,10 @@ class AdaptivePolicy:
         # back (some 26 tokens on a steep CPU, however well a copy holds after it).
         long_odds_risk = risk - self._one_token_worst(alone)
         cap = min(budget, self.gamma_cap or budget)
+        if shared is not None and not self.pair.shared_decodes.drafted_known():
+            # One short draft at once, in a decode of plain steps, shows what drafted
+            # tokens add to a shared decode; no answer drafts at once before that.
+            cap = 0 if shared.tokens > shared.answers else min(cap, self.tuning.shared_trial_gamma)
         if cap <= 0:
             return Priced(options, [])
         verify_row = pricing.verify_seconds(costs, np.arange(1, cap + 1), shared)  # γ = 1..cap
@@ -293,6 +297,12 @@ class AdaptivePolicy:
         for a few steps, and now and then later, while its best case could beat the choice.
         (Lookup proposals are judged for free at every step anyway.)"""
         answer, t = self.answer, self.tuning
+        shared = pricing.sharing(self.costs, view.others, view.others_tokens, self.pair.shared_decodes)
+        most = t.trial_gamma
+        if shared is not None and not self.pair.shared_decodes.drafted_known():
+            if shared.tokens > shared.answers:
+                return best, False  # (the decode's first draft is another answer's)
+            most = min(most, t.shared_trial_gamma)
         for option in options:
             name = option.drafter
             if name != self.decoding or name == best.drafter or answer.bans.banned(name, answer.steps):
@@ -303,12 +313,12 @@ class AdaptivePolicy:
             due = answer.steps - answer.last_used.get(name, 0) >= answer.explore_every
             if (
                 (early or due)
-                and self._could_win(best, view.remaining, price)
+                and self._could_win(best, view.remaining, price, shared)
                 and self._affordable_trial(price)
             ):
                 # A trial drafts a fixed γ with no early stop: cut short by a pessimistic
                 # calibration it would only confirm that the draft's first token is right.
-                gamma = max(1, min(t.trial_gamma, view.budget, self.gamma_cap or t.trial_gamma))
+                gamma = max(1, min(most, view.budget, self.gamma_cap or most))
                 return Choice(name, gamma, option.rate, option.expected, option.seconds), True
         return best, False
 
@@ -340,20 +350,23 @@ class AdaptivePolicy:
         else:
             answer.idle = 0
 
-    def _could_win(self, best: Choice, remaining: int, price: ModelPrice) -> bool:
+    def _could_win(
+        self, best: Choice, remaining: int, price: ModelPrice, shared: pricing.Sharing | None = None
+    ) -> bool:
         """Is a trial of the draft model worth its price? Its steps must beat ``best`` at
         near-perfect acceptance, and what that would save over the rest of the answer must
         outweigh the switch (the catch-up: the prompt, the first time) at ``trial_odds``:
         the switch is paid for sure, the saving only if the draft turns out to pay. Where
         the draft reads a prompt in a blink (a GPU) trials always pass; a long prompt for a
-        short answer on a CPU is not worth the gamble."""
-        optimistic = self._best_case_rate(price)
+        short answer on a CPU is not worth the gamble. At once (``shared``), its step is
+        priced by what it adds to the shared decode, as every option's is."""
+        optimistic = self._best_case_rate(price, shared)
         if optimistic <= best.rate:
             return False
         saving = remaining * (1.0 / best.rate - 1.0 / optimistic)
         return saving > self.tuning.trial_odds * price.switch_s
 
-    def _best_case_rate(self, price: ModelPrice) -> float:
+    def _best_case_rate(self, price: ModelPrice, shared: pricing.Sharing | None = None) -> float:
         """A trial's step of the draft model at its best case. Before the draft has drafted
         in this answer (and in the first trials ever) that is a near-perfect draft: this
         answer's text may suit it far better than the last one's. After that, what it
@@ -362,7 +375,7 @@ class AdaptivePolicy:
         best_case = t.optimistic
         if answer.draft_synced and self.stats.model_steps >= t.early_trials:
             best_case = min(t.optimistic, self.stats.model_upper(t.trial_doubt))
-        return pricing.trial_rate(t, self.costs, best_case, price.catch_up_s, price.switch_s)
+        return pricing.trial_rate(t, self.costs, best_case, price.catch_up_s, price.switch_s, shared)
 
     def _keep_going(self, i: int, confidence: float) -> bool:
         """Draft token i (0-based) has confidence ``confidence``: include it? Token 0 always
@@ -463,7 +476,8 @@ class AdaptivePolicy:
         if others <= 0:
             return 1.0
         curve = self.costs.target
-        return curve.estimate(others + 1) / ((others + 1) * curve.estimate(1))
+        together = self.pair.shared_decodes.seconds(others + 1, others + 1, curve)
+        return together / ((others + 1) * curve.estimate(1))
 
     def _learn_realized(self, outcome: StepOutcome, step_s: float) -> None:
         """What the step delivered: the option's realized rate (a trial is not what the

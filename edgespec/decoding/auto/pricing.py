@@ -29,6 +29,7 @@ import numpy as np
 
 from edgespec.decoding.auto.tuning import Tuning
 from edgespec.decoding.costs import CostModel
+from edgespec.decoding.costs.shared import SharedDecodes
 from edgespec.decoding.policy import LINE_BREAK, StepView
 
 
@@ -52,23 +53,37 @@ class Sharing:
     seconds: float
     plain_s: float  # what a plain step adds to the decode, its Python included
     alone_plain_s: float  # a plain step alone: the scale the step's rates are given in
+    decodes: SharedDecodes | None = None  # what decodes of several passes were measured at
 
 
-def sharing(costs: CostModel, answers: int, tokens: int) -> Sharing | None:
-    """How a step decoded with ``answers`` other passes of ``tokens`` tokens is priced;
-    None for a step decoded alone."""
+def sharing(
+    costs: CostModel, answers: int, tokens: int, decodes: SharedDecodes | None = None
+) -> Sharing | None:
+    """How a step decoded with ``answers`` other passes of ``tokens`` tokens is priced:
+    the decode with its pass against the decode without it, as ``decodes`` measured them
+    (else as one sequence's passes of as many tokens); None for a step decoded alone."""
     if answers <= 0 or tokens <= 0:
         return None
-    base = costs.target.estimate(tokens)
-    plain = max(costs.target.estimate(tokens + 1) - base, 0.0) + costs.plain_overhead
-    return Sharing(answers, tokens, base, plain, plain_seconds(costs))
+    with_plain = np.array([tokens, tokens + 1])
+    if decodes is None:
+        base, plain = costs.target.estimates(with_plain)
+    else:
+        base = decodes.seconds(answers, tokens, costs.target)
+        plain = decodes.seconds(answers + 1, tokens + 1, costs.target)
+    added = max(float(plain) - float(base), 0.0) + costs.plain_overhead
+    return Sharing(answers, tokens, float(base), added, plain_seconds(costs), decodes)
 
 
 def verify_seconds(costs: CostModel, gammas: np.ndarray, shared: Sharing | None = None) -> np.ndarray:
     """Seconds to verify each γ in ``gammas``: the target pass over γ+1 tokens (or what
     it adds to the decode it is shared in) and the drafting step's Python."""
-    base_tokens, base_s = (0, 0.0) if shared is None else (shared.tokens, shared.seconds)
-    added = costs.target.estimates(base_tokens + gammas + 1) - base_s
+    if shared is None:
+        added = costs.target.estimates(gammas + 1)
+    elif shared.decodes is None:
+        added = costs.target.estimates(shared.tokens + gammas + 1) - shared.seconds
+    else:
+        sizes = shared.tokens + gammas + 1
+        added = shared.decodes.seconds_row(shared.answers + 1, sizes, costs.target) - shared.seconds
     return np.maximum(added, 0.0) + costs.overhead
 
 
@@ -181,25 +196,38 @@ def crossings(view: StepView, proposal: list[int]) -> np.ndarray | None:
     return (kinds[:-1] != 0) | (kinds[1:] == LINE_BREAK)
 
 
-def trial_seconds(tuning: Tuning, costs: CostModel, catch_up_s: float, switch_s: float) -> float:
-    """Seconds of a trial's step of the draft model, its switch (a prompt prefill) aside."""
+def trial_seconds(
+    tuning: Tuning, costs: CostModel, catch_up_s: float, switch_s: float, shared: Sharing | None = None
+) -> float:
+    """Seconds of a trial's step of the draft model, its switch (a prompt prefill) aside
+    (at once: what its pass adds to the shared decode)."""
     gamma = tuning.trial_gamma
-    table = costs.target.table()
-    verify_s = float(table[min(gamma + 1, len(table) - 1)]) + costs.overhead
+    if shared is None:
+        table = costs.target.table()
+        verify_s = float(table[min(gamma + 1, len(table) - 1)]) + costs.overhead
+    else:
+        verify_s = float(verify_seconds(costs, np.array([gamma]), shared)[0])
     step_s = verify_s + catch_up_s - switch_s
     return step_s + costs.draft.estimate(1) * (gamma - 1)
 
 
 def trial_rate(
-    tuning: Tuning, costs: CostModel, best_case: float, catch_up_s: float, switch_s: float
+    tuning: Tuning,
+    costs: CostModel,
+    best_case: float,
+    catch_up_s: float,
+    switch_s: float,
+    shared: Sharing | None = None,
 ) -> float:
     """Tokens per second of a trial's step of the draft model at acceptance ``best_case``
-    per token (its switch cost aside)."""
+    per token (its switch cost aside), on the scale ``step_rates`` gives at once."""
     gamma = tuning.trial_gamma
-    step_s = trial_seconds(tuning, costs, catch_up_s, switch_s)
+    step_s = trial_seconds(tuning, costs, catch_up_s, switch_s, shared)
     # expected_tokens(np.full(gamma, best_case))[-1], in scalars: this runs at every plan
     expected, p = 0.0, 1.0
     for _ in range(gamma):
         p *= best_case
         expected += p
+    if shared is not None:
+        return float(step_rates(np.array([1.0 + expected]), np.array([max(step_s, 1e-9)]), shared)[0])
     return (1.0 + expected) / max(step_s, 1e-9)

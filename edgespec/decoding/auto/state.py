@@ -15,6 +15,7 @@ from edgespec.decoding.auto.realized import Bans, RealizedRates
 from edgespec.decoding.auto.stats import AcceptanceStats
 from edgespec.decoding.auto.tuning import DEFAULT, Tuning
 from edgespec.decoding.costs import CostModel, load_or_measure
+from edgespec.decoding.costs.shared import SharedDecodes
 from edgespec.decoding.drafters import LOOKUP_DRAFTERS
 from edgespec.runtime.model import Model
 
@@ -46,6 +47,13 @@ class PairState:
         # The prices answers start at, held from one answer to the next while they fit
         # what the pair has learned (``prices``). None before the first answer.
         self.held: Prices | None = None
+        # What decodes of several answers' passes cost, measured (``costs.shared``): a
+        # shared step's price.
+        self.shared_decodes = SharedDecodes()
+
+    def learn_shared_decode(self, sequences: int, tokens: int, seconds: float) -> None:
+        """A decode of ``sequences`` answers' passes, ``tokens`` in all, took ``seconds``."""
+        self.shared_decodes.observe(sequences, tokens, seconds, self.costs.target)
 
     def learn_bare_overhead(self, seconds: float) -> None:
         """A step that priced nothing took ``seconds`` of Python (the first one seen

@@ -92,6 +92,12 @@ class Tuning:
     # (the answer then decodes plainly until its allowance grows back: some 26 tokens on a
     # steep CPU) must hold its first token at better than this chance.
     all_in_odds: float = 0.6
+    # -- several answers in one decode ------------------------------------------------------
+    # Until a decode of several passes with a draft in it was measured, a draft at once is
+    # at most this long, and only in a decode of plain steps: what its tokens add to a
+    # shared decode is not the one-sequence curve's (costs.shared), and a first guess
+    # priced by that curve could be dear.
+    shared_trial_gamma: int = 2
     # -- the return to plain decoding (GPUs) -----------------------------------------------
     return_significant: float = 0.1  # priced above this share of a single-token pass
     return_ema: float = 0.3

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from edgespec.api import EdgeSpec
+from edgespec.bench.llamacpp_replay import LABEL as LLAMACPP
 from edgespec.bench.recording import Recording, read_set
-from edgespec.bench.replay import CURVES, FIXED_GRID, add_best_fixed, replay
+from edgespec.bench.replay import CURVES, FIXED_GRID, add_best_fixed, add_llamacpp, replay
 from edgespec.bench.replay_parallel import ParallelReplay, compare, groups
 
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "replay-corpus.json.gz"
@@ -40,6 +41,19 @@ def alone(lm: EdgeSpec, recordings: list[Recording], curve: str) -> tuple[float,
     return geomean(shares), geomean(list(plain.values())), plain[worst], worst
 
 
+def against_llamacpp(lm: EdgeSpec, recordings: list[Recording], curve: str) -> dict[str, float]:
+    """``auto`` ÷ llama.cpp's prompt-lookup loop replayed on the same answers, by copy-heavy
+    category (geometric mean over its answers)."""
+    heavy = [rec for rec in recordings if rec.id.startswith(COPY_HEAVY)]
+    results = replay(heavy, lm.target, lm.draft, CURVES[curve], ["target only", "auto"])
+    add_llamacpp(heavy, CURVES[curve], results)
+    by: dict[str, list[float]] = {}
+    for rec in heavy:
+        runs = results[rec.id]
+        by.setdefault(rec.category, []).append(runs["auto"].decode_tps / runs[LLAMACPP].decode_tps)
+    return {category: geomean(values) for category, values in by.items()}
+
+
 def at_once(lm: EdgeSpec, recordings: list[Recording], curve: str, answers: int = 4) -> tuple[float, float]:
     """(auto / none at once in aggregate, the worst group's) over groups of ``answers``."""
     replay_ = ParallelReplay(lm.target, lm.draft, CURVES[curve], answers)
@@ -61,6 +75,7 @@ def main() -> None:
     parser.add_argument("--curve", nargs="+", default=list(CURVES))
     parser.add_argument("--no-parallel", action="store_true")
     parser.add_argument("--no-alone", action="store_true")
+    parser.add_argument("--llamacpp", action="store_true", help="auto against llama.cpp's loop, by category")
     args = parser.parse_args()
     lm = EdgeSpec(quiet=True)
     _, by_split = read_set(FIXTURE)
@@ -73,6 +88,9 @@ def main() -> None:
                 line.append(
                     f"{split}: share {share:.3f}, auto/none {plain:.2f}, worst {worst:.3f} {worst_id}"
                 )
+            if args.llamacpp:
+                ratios = against_llamacpp(lm, recordings, curve)
+                line.append(f"{split} vs llama.cpp: " + ", ".join(f"{c} {r:.2f}" for c, r in ratios.items()))
             if not args.no_parallel:
                 aggregate, worst_group = at_once(lm, recordings, curve)
                 line.append(f"at once {aggregate:.3f} (worst group {worst_group:.3f})")

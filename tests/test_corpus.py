@@ -274,9 +274,10 @@ def test_a_file_of_no_known_category_or_a_missing_one_is_an_error(tmp_path):
 
 def test_curves_load_with_their_figures():
     assert list(CURVES) == [
-        "cpu", "epyc-f26", "epyc-f25", "cpu-avx2", "cpu-f16", "xeon-f16", "xeon", "xeon-rpc", "gpu",
-        "h200", "h200-history", "gpu-slow-draft",
+        "cpu", "epyc-f26", "epyc-f25", "epyc-f25-rpc0", "epyc-f25-rpc5", "cpu-avx2", "cpu-f16",
+        "xeon-f16", "xeon", "xeon-rpc", "gpu", "h200", "h200-history", "gpu-slow-draft",
     ]  # fmt: skip
+    assert CURVES["epyc-f25"].shared_token == 0.85 and CURVES["cpu"].shared_token == 0.0
     avx2 = CURVES["cpu-avx2"]
     assert (avx2.target_s, avx2.draft_ratio, avx2.python_s) == (0.0631, 0.47, 0.0005)
     assert avx2.target == {

@@ -10,6 +10,7 @@ answer of 16 tokens or more against plain decoding, and four answers at once wit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from edgespec.bench.llamacpp_replay import LABEL as LLAMACPP
 from edgespec.bench.recording import Recording, read_set
 from edgespec.bench.replay import CURVES, FIXED_GRID, add_best_fixed, add_llamacpp, replay
 from edgespec.bench.replay_parallel import ParallelReplay, compare, groups
+from edgespec.decoding.auto import DEFAULT, Tuning
 
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "replay-corpus.json.gz"
 COPY_HEAVY = ("edit-", "sum-", "rag-", "complete-")
@@ -28,11 +30,13 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def alone(lm: EdgeSpec, recordings: list[Recording], curve: str) -> tuple[float, float, float, str]:
+def alone(
+    lm: EdgeSpec, recordings: list[Recording], curve: str, tuning: Tuning = DEFAULT
+) -> tuple[float, float, float, str]:
     """(auto's share of best fixed, auto / none geomean, worst auto / none, its id) over the
     copy-heavy recordings, replayed as one session."""
     heavy = [rec for rec in recordings if rec.id.startswith(COPY_HEAVY)]
-    results = replay(heavy, lm.target, lm.draft, CURVES[curve], ["target only", "auto", *FIXED_GRID])
+    results = replay(heavy, lm.target, lm.draft, CURVES[curve], ["target only", "auto", *FIXED_GRID], tuning)
     add_best_fixed(results)
     shares = [results[r.id]["auto"].decode_tps / results[r.id]["best fixed"].decode_tps for r in heavy]
     plain = {r.id: results[r.id]["auto"].decode_tps / results[r.id]["target only"].decode_tps for r in heavy}
@@ -75,16 +79,18 @@ def main() -> None:
     parser.add_argument("--curve", nargs="+", default=list(CURVES))
     parser.add_argument("--no-parallel", action="store_true")
     parser.add_argument("--no-alone", action="store_true")
+    parser.add_argument("--risk-share", type=float, help="the bound's share; 1e6 lifts it")
     parser.add_argument("--llamacpp", action="store_true", help="auto against llama.cpp's loop, by category")
     args = parser.parse_args()
     lm = EdgeSpec(quiet=True)
+    tuning = DEFAULT if args.risk_share is None else dataclasses.replace(DEFAULT, risk_share=args.risk_share)
     _, by_split = read_set(FIXTURE)
     for curve in args.curve:
         started = time.monotonic()
         line = [f"{curve:15}"]
         for split, recordings in by_split.items():
             if not args.no_alone:
-                share, plain, worst, worst_id = alone(lm, recordings, curve)
+                share, plain, worst, worst_id = alone(lm, recordings, curve, tuning)
                 line.append(
                     f"{split}: share {share:.3f}, auto/none {plain:.2f}, worst {worst:.3f} {worst_id}"
                 )

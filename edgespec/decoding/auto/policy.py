@@ -41,6 +41,7 @@ class Priced:
     options: list[Choice]
     opened: list[OpenProposal]
     model: ModelPrice | None = None
+    shared: pricing.Sharing | None = None  # the decode the step is expected to share
 
 
 class AdaptivePolicy:
@@ -126,7 +127,7 @@ class AdaptivePolicy:
             and not (settling and c.drafter == self.decoding)
         ]
         best = max(drafting, key=lambda c: c.rate) if drafting else plain
-        best, exploring = self._trial(options, best, view, price)
+        best, exploring = self._trial(options, best, view, price, priced.shared)
         if best.drafter != "none":
             answer.last_used[best.drafter] = answer.steps
         self._note_idle(plain, options, price)
@@ -186,13 +187,9 @@ class AdaptivePolicy:
         # one-token draft, and the answer would decode plainly until its allowance grows
         # back (some 26 tokens on a steep CPU, however well a copy holds after it).
         long_odds_risk = risk - self._one_token_worst(alone)
-        cap = min(budget, self.gamma_cap or budget)
-        if shared is not None and not self.pair.shared_decodes.drafted_known():
-            # One short draft at once, in a decode of plain steps, shows what drafted
-            # tokens add to a shared decode; no answer drafts at once before that.
-            cap = 0 if shared.tokens > shared.answers else min(cap, self.tuning.shared_trial_gamma)
+        cap = min(budget, self.gamma_cap or budget, self._at_once_limit(shared, budget))
         if cap <= 0:
-            return Priced(options, [])
+            return Priced(options, [], shared=shared)
         verify_row = pricing.verify_seconds(costs, np.arange(1, cap + 1), shared)  # γ = 1..cap
         return_s = self._return_cost()
         opened = self._open_proposals(view, cap)
@@ -216,7 +213,16 @@ class AdaptivePolicy:
             # its worst case pays the whole catch-up, where its price shares a prefill out
             model_risk = risk - (model.catch_up_s - model.first)
             options.append(self._best(self.decoding, accept, row, 1.0, model_risk, (shared, plain)))
-        return Priced(options, opened, model)
+        return Priced(options, opened, model, shared)
+
+    def _at_once_limit(self, shared: pricing.Sharing | None, most: int) -> int:
+        """The most a draft may hold (``most`` where nothing limits it). Until a decode of
+        several passes with a draft in it was measured, one short draft at once, in a
+        decode of plain steps, shows what drafted tokens add to it; no answer drafts at
+        once before that."""
+        if shared is None or self.pair.shared_decodes.drafted_known():
+            return most
+        return 0 if shared.tokens > shared.answers else min(most, self.tuning.shared_trial_gamma)
 
     def _open_proposals(self, view: StepView, cap: int) -> list[OpenProposal]:
         """The allowed lookups' proposals for the step, with what their acceptance is
@@ -291,18 +297,20 @@ class AdaptivePolicy:
         return excess if excess > self.tuning.return_significant * self.costs.target.estimate(1) else 0.0
 
     def _trial(
-        self, options: list[Choice], best: Choice, view: StepView, price: ModelPrice
+        self,
+        options: list[Choice],
+        best: Choice,
+        view: StepView,
+        price: ModelPrice,
+        shared: pricing.Sharing | None = None,
     ) -> tuple[Choice, bool]:
         """A drafter that is never chosen is never measured: the draft model is tried early
         for a few steps, and now and then later, while its best case could beat the choice.
         (Lookup proposals are judged for free at every step anyway.)"""
         answer, t = self.answer, self.tuning
-        shared = pricing.sharing(self.costs, view.others, view.others_tokens, self.pair.shared_decodes)
-        most = t.trial_gamma
-        if shared is not None and not self.pair.shared_decodes.drafted_known():
-            if shared.tokens > shared.answers:
-                return best, False  # (the decode's first draft is another answer's)
-            most = min(most, t.shared_trial_gamma)
+        most = self._at_once_limit(shared, t.trial_gamma)
+        if most <= 0:
+            return best, False
         for option in options:
             name = option.drafter
             if name != self.decoding or name == best.drafter or answer.bans.banned(name, answer.steps):

@@ -53,7 +53,10 @@ class Sharing:
     seconds: float
     plain_s: float  # what a plain step adds to the decode, its Python included
     alone_plain_s: float  # a plain step alone: the scale the step's rates are given in
-    decodes: SharedDecodes | None = None  # what decodes of several passes were measured at
+    decodes: SharedDecodes  # what decodes of several passes were measured at
+
+
+_UNMEASURED = SharedDecodes()  # (never told of a decode: prices every decode by the curve)
 
 
 def sharing(
@@ -64,14 +67,11 @@ def sharing(
     (else as one sequence's passes of as many tokens); None for a step decoded alone."""
     if answers <= 0 or tokens <= 0:
         return None
-    with_plain = np.array([tokens, tokens + 1])
-    if decodes is None:
-        base, plain = costs.target.estimates(with_plain)
-    else:
-        base = decodes.seconds(answers, tokens, costs.target)
-        plain = decodes.seconds(answers + 1, tokens + 1, costs.target)
-    added = max(float(plain) - float(base), 0.0) + costs.plain_overhead
-    return Sharing(answers, tokens, float(base), added, plain_seconds(costs), decodes)
+    decodes = _UNMEASURED if decodes is None else decodes
+    base = decodes.seconds(answers, tokens, costs.target)
+    plain = decodes.seconds(answers + 1, tokens + 1, costs.target)
+    added = max(plain - base, 0.0) + costs.plain_overhead
+    return Sharing(answers, tokens, base, added, plain_seconds(costs), decodes)
 
 
 def verify_seconds(costs: CostModel, gammas: np.ndarray, shared: Sharing | None = None) -> np.ndarray:
@@ -79,11 +79,9 @@ def verify_seconds(costs: CostModel, gammas: np.ndarray, shared: Sharing | None 
     it adds to the decode it is shared in) and the drafting step's Python."""
     if shared is None:
         added = costs.target.estimates(gammas + 1)
-    elif shared.decodes is None:
-        added = costs.target.estimates(shared.tokens + gammas + 1) - shared.seconds
     else:
-        sizes = shared.tokens + gammas + 1
-        added = shared.decodes.seconds_row(shared.answers + 1, sizes, costs.target) - shared.seconds
+        with_it = shared.decodes.seconds_row(shared.answers + 1, shared.tokens + gammas + 1, costs.target)
+        added = with_it - shared.seconds
     return np.maximum(added, 0.0) + costs.overhead
 
 

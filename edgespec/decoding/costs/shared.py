@@ -26,11 +26,12 @@ TRUSTED = 2  # decodes of one size seen before its own figure is used
 class SharedDecodes:
     """The seconds of decodes of several sequences' passes, by (sequences, tokens): the
     pair's, as long as it is loaded (what the engine thread learns, the same thread
-    prices with)."""
+    prices with). One that has seen nothing prices every decode by the curve."""
 
     def __init__(self) -> None:
-        self._seconds: dict[tuple[int, int], float] = {}
-        self._seen: Counter[tuple[int, int]] = Counter()
+        # By sequences, then tokens: the moving average of the decodes seen, and how many.
+        self._seconds: dict[int, dict[int, float]] = {}
+        self._seen: dict[int, Counter[int]] = {}
         # By sequences: what each token beyond one per pass added to a decode of that many
         # passes (a draft's), for the sizes not seen yet.
         self._per_drafted: dict[int, float] = {}
@@ -41,27 +42,37 @@ class SharedDecodes:
             return
         if tokens > sequences:
             per = (seconds - self.seconds(sequences, sequences, curve)) / (tokens - sequences)
-            before = self._per_drafted.get(sequences)
-            self._per_drafted[sequences] = per if before is None else (1 - EMA) * before + EMA * per
-        key = (sequences, tokens)
-        old = self._seconds.get(key)
-        self._seconds[key] = seconds if old is None else (1 - EMA) * old + EMA * seconds
-        self._seen[key] += 1
+            self._per_drafted[sequences] = _average(self._per_drafted.get(sequences), per)
+        by_tokens = self._seconds.setdefault(sequences, {})
+        by_tokens[tokens] = _average(by_tokens.get(tokens), seconds)
+        self._seen.setdefault(sequences, Counter())[tokens] += 1
 
     def seconds(self, sequences: int, tokens: int, curve: CostCurve) -> float:
-        """What a decode of ``sequences`` passes holding ``tokens`` tokens costs: as measured
-        where decodes of that size were seen; else, with drafts in it, the decode of as
-        many single tokens and what each drafted token added to such decodes; else one
-        sequence's pass of as many tokens."""
+        """What a decode of ``sequences`` passes holding ``tokens`` tokens costs."""
+        return float(self.seconds_row(sequences, np.array([tokens]), curve)[0])
+
+    def seconds_row(self, sequences: int, tokens: np.ndarray, curve: CostCurve) -> np.ndarray:
+        """What decodes of ``sequences`` passes holding each of ``tokens`` tokens cost: as
+        measured where decodes of that size were seen; else, with drafts in it, the decode
+        of as many single tokens and what each drafted token added to such decodes; else
+        one sequence's pass of as many tokens."""
+        row = np.array(curve.estimates(tokens), dtype=float)
         if sequences < 2:
-            return curve.estimate(tokens)
-        key = (sequences, tokens)
-        if self._seen[key] >= TRUSTED:
-            return self._seconds[key]
+            return row
         per = self._per_drafted_near(sequences)
-        if tokens > sequences and per is not None:
-            return self.seconds(sequences, sequences, curve) + (tokens - sequences) * max(per, 0.0)
-        return curve.estimate(tokens)
+        if per is not None:
+            plain = self._measured(sequences, sequences)
+            base = curve.estimate(sequences) if plain is None else plain
+            row = np.where(tokens > sequences, base + (tokens - sequences) * max(per, 0.0), row)
+        for n, count in self._seen.get(sequences, Counter()).items():
+            if count >= TRUSTED:
+                row[tokens == n] = self._seconds[sequences][n]
+        return row
+
+    def _measured(self, sequences: int, tokens: int) -> float | None:
+        if self._seen.get(sequences, Counter())[tokens] < TRUSTED:
+            return None
+        return self._seconds[sequences][tokens]
 
     def _per_drafted_near(self, sequences: int) -> float | None:
         """What a drafted token added to decodes of ``sequences`` passes, or of the nearest
@@ -75,12 +86,10 @@ class SharedDecodes:
         """Whether a decode of several passes with a draft in it was measured."""
         return bool(self._per_drafted)
 
-    def seconds_row(self, sequences: int, tokens: np.ndarray, curve: CostCurve) -> np.ndarray:
-        """``seconds`` for each size in ``tokens`` (one pricing step's row, at once)."""
-        if sequences < 2:
-            return curve.estimates(tokens)
-        return np.array([self.seconds(sequences, int(n), curve) for n in tokens.tolist()])
-
     def sizes_seen(self) -> int:
         """How many sizes of decode have a figure of their own: for tests and reports."""
-        return sum(1 for count in self._seen.values() if count >= TRUSTED)
+        return sum(1 for seen in self._seen.values() for count in seen.values() if count >= TRUSTED)
+
+
+def _average(before: float | None, value: float) -> float:
+    return value if before is None else (1 - EMA) * before + EMA * value
